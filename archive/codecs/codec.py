@@ -1,0 +1,1128 @@
+"""Schema-driven SBE codec: one XML schema in, precompiled `struct` layouts out.
+
+The schema is parsed with the standard library's `xml.etree`, not with the `sbe` package (sbe-python 0.4.3),
+because that package rejects `encodingType="int32"` enums (it only knows uint8/uint16/char and raises
+`KeyError: 'int32'`, and every enum of the Aeron Archive schema is int32) and silently ignores the field
+attributes that decide the wire layout and compatibility: `offset`, `sinceVersion` and field-level `presence`.
+
+Everything that depends only on the schema is computed once per message: a `struct.Struct` for the 8-byte header
+plus the fixed block (gaps left by explicit offsets are pad bytes, so they encode as zeros), the encode defaults,
+the null values and the variable-length field layouts. Decoding then costs one `unpack_from` for the block in the
+common case and one per variable-length field.
+
+Compatibility rules (SBE's, as applied by Aeron's `ControlSessionAdapter`): the header's blockLength and version
+are the *acting* ones. A field that lies beyond a shorter (older) block, or whose `sinceVersion` is newer than the
+acting version, decodes as its null value; a variable-length field newer than the acting version is absent from
+the wire and decodes as empty; bytes of a longer (newer) block beyond the known fields are skipped; trailing bytes
+after the last variable-length field are ignored (catalog padding on RecordingDescriptor). "Null" is SBE's null
+(declared nullValue of an optional type, else the primitive's: INT32_MIN, INT64_MIN, UINT_MAX...), not Aeron's
+NULL_VALUE (-1); mapping one to the other is the request adapter's business, as in Java.
+
+Encoding fills omitted fixed fields with the optional type's nullValue, else 0, and omitted var fields with empty
+data; enum fields take ints, IntEnums or value names. Decoded messages are immutable per-message `Message`
+subclasses (tuples underneath) so a decode is one `tuple.__new__`.
+
+Supported schema features: primitive, named simple, enum, set (as an int bitmask), char/uint8/int8 array
+(as str/bytes), constant and composite (flattened to `<field>_<member>`) fields, and `data` fields. Repeating
+groups are rejected with a `SchemaError` naming the group.
+"""
+
+from __future__ import annotations
+
+import codecs
+import functools
+import logging
+import math
+import operator
+import re
+import struct
+import xml.etree.ElementTree as ET
+from xml.etree import ElementInclude
+from dataclasses import dataclass, field
+from enum import IntEnum
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, NamedTuple, Union
+
+if TYPE_CHECKING:
+    import numpy
+
+__all__ = [
+    "CodecError",
+    "SchemaError",
+    "EnumSpec",
+    "FieldSpec",
+    "VarFieldSpec",
+    "MessageSpec",
+    "MessageHeader",
+    "Message",
+    "SbeCodec",
+    "load_archive_codec",
+    "snake_case",
+]
+
+log = logging.getLogger(__name__)
+
+ARCHIVE_SCHEMA_FILE = "aeron-archive-codecs.xml"
+
+# SBE's default maximum for a variable-length field's length (2^30), used when the schema gives no maxValue.
+DEFAULT_MAX_VAR_LENGTH = 1 << 30
+
+Buffer = Union[bytes, bytearray, memoryview]
+
+
+class CodecError(ValueError):
+    """A message could not be encoded or decoded; the text names the message, field and offsets involved."""
+
+
+class SchemaError(CodecError):
+    """The XML schema is malformed or uses a feature this codec does not support."""
+
+
+class _Primitive(NamedTuple):
+    code: str  # struct format character
+    size: int
+    null: int | float
+    min: int | float
+    max: int | float
+    numpy: str  # numpy kind+size without byte order
+
+
+_PRIMITIVES: dict[str, _Primitive] = {
+    "char": _Primitive("s", 1, 0, 0x20, 0x7E, "S1"),
+    "int8": _Primitive("b", 1, -(1 << 7), -(1 << 7) + 1, (1 << 7) - 1, "i1"),
+    "uint8": _Primitive("B", 1, (1 << 8) - 1, 0, (1 << 8) - 2, "u1"),
+    "int16": _Primitive("h", 2, -(1 << 15), -(1 << 15) + 1, (1 << 15) - 1, "i2"),
+    "uint16": _Primitive("H", 2, (1 << 16) - 1, 0, (1 << 16) - 2, "u2"),
+    "int32": _Primitive("i", 4, -(1 << 31), -(1 << 31) + 1, (1 << 31) - 1, "i4"),
+    "uint32": _Primitive("I", 4, (1 << 32) - 1, 0, (1 << 32) - 2, "u4"),
+    "int64": _Primitive("q", 8, -(1 << 63), -(1 << 63) + 1, (1 << 63) - 1, "i8"),
+    "uint64": _Primitive("Q", 8, (1 << 64) - 1, 0, (1 << 64) - 2, "u8"),
+    "float": _Primitive("f", 4, math.nan, -math.inf, math.inf, "f4"),
+    "double": _Primitive("d", 8, math.nan, -math.inf, math.inf, "f8"),
+}
+
+_XINCLUDE = "{http://www.w3.org/2001/XInclude}include"
+_HEADER_FIELDS = ("blockLength", "templateId", "schemaId", "version")
+_RESERVED_ATTRS = frozenset({"as_dict", "header", "_spec", "_attrs", "_n", "_constants", "_schema_id"})
+
+_CAMEL_1 = re.compile(r"([A-Z]+)([A-Z][a-z])")
+_CAMEL_2 = re.compile(r"([a-z0-9])([A-Z])")
+
+
+def snake_case(name: str) -> str:
+    """`fileIoMaxLength` -> `file_io_max_length`; the attribute/keyword name of a schema field."""
+    return _CAMEL_2.sub(r"\1_\2", _CAMEL_1.sub(r"\1_\2", name)).lower()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Public metadata
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EnumSpec:
+    """An SBE enum: decoded values stay ints; `python_type` maps them to names when wanted."""
+
+    name: str
+    primitive_type: str
+    values: Mapping[str, int]
+    null_value: int
+    python_type: type[IntEnum]
+
+
+@dataclass(frozen=True, slots=True)
+class FieldSpec:
+    """One fixed-block field (composites are flattened into one FieldSpec per leaf member).
+
+    `offset`/`size` are relative to the start of the block; constant fields have size 0 and no wire bytes.
+    `null_value` is what the field decodes as when it is absent (declared nullValue of an optional type,
+    else the primitive's SBE null); `default` is what `encode` writes when the caller omits the field.
+    """
+
+    name: str
+    attr: str
+    id: int
+    type_name: str
+    primitive_type: str
+    offset: int
+    size: int
+    length: int
+    optional: bool
+    null_value: Any
+    default: Any
+    min_value: int | float
+    max_value: int | float
+    since_version: int
+    struct_format: str
+    enum: EnumSpec | None = None
+    set_choices: Mapping[str, int] | None = None
+    constant: Any = None
+    text_encoding: str | None = None
+
+    @property
+    def is_constant(self) -> bool:
+        return self.constant is not None
+
+
+@dataclass(frozen=True, slots=True)
+class VarFieldSpec:
+    """A variable-length (`data`) field: a length prefix then that many bytes, in schema order after the block."""
+
+    name: str
+    attr: str
+    id: int
+    type_name: str
+    length_primitive: str
+    length_size: int
+    max_length: int
+    text_encoding: str | None
+    since_version: int
+
+    @property
+    def is_text(self) -> bool:
+        return self.text_encoding is not None
+
+
+@dataclass(frozen=True, slots=True)
+class MessageSpec:
+    """A message's layout: template id, block length, fixed fields in offset order, var fields in wire order."""
+
+    name: str
+    template_id: int
+    block_length: int
+    since_version: int
+    description: str
+    fields: tuple[FieldSpec, ...]
+    var_fields: tuple[VarFieldSpec, ...]
+
+    def field(self, attr_or_name: str) -> FieldSpec | VarFieldSpec:
+        for f in (*self.fields, *self.var_fields):
+            if f.attr == attr_or_name or f.name == attr_or_name:
+                return f
+        raise KeyError(f"message {self.name} has no field {attr_or_name!r}")
+
+
+class MessageHeader(NamedTuple):
+    block_length: int
+    template_id: int
+    schema_id: int
+    version: int
+
+
+class Message(tuple):
+    """A decoded message: an immutable record with fields as snake_case attributes plus header metadata.
+
+    Each message of a schema gets its own subclass (named after the message), built once with the codec, so
+    decoding is a single `tuple.__new__` and attribute access an `itemgetter`. Metadata: `name`, `template_id`,
+    `schema_id`, `block_length`, `version` (the acting version from the header) and `encoded_length` (bytes
+    consumed, header included). A schema field of the same name wins (ControlResponse/AuthConnectRequest/
+    Challenge/ConnectRequest/CatalogHeader.version are fields); the header values are always available, never
+    shadowed, as `header` (a `MessageHeader`). Equality and hashing use the template id and field values only.
+    """
+
+    __slots__ = ()
+
+    # Set on each per-message subclass.
+    _spec: ClassVar[MessageSpec]
+    _attrs: ClassVar[tuple[str, ...]]
+    _n: ClassVar[int]
+    _constants: ClassVar[dict[str, Any]]
+    _schema_id: ClassVar[int]
+    name: ClassVar[str]
+    template_id: ClassVar[int]
+    schema_id: ClassVar[int]
+
+    @property
+    def header(self) -> MessageHeader:
+        n = self._n
+        cls = type(self)
+        return MessageHeader(self[n], cls._spec.template_id, cls._schema_id, self[n + 1])
+
+    def as_dict(self) -> dict[str, Any]:
+        """Schema fields only (no metadata): fixed fields in offset order, var fields in wire order, constants."""
+        d = dict(zip(self._attrs, self))
+        if self._constants:
+            d.update(self._constants)
+        return d
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
+        return (self._spec.template_id == other._spec.template_id
+                and tuple.__getitem__(self, slice(0, self._n)) == tuple.__getitem__(other, slice(0, other._n)))
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self) -> int:
+        return hash((self._spec.template_id, tuple.__getitem__(self, slice(0, self._n))))
+
+    def __repr__(self) -> str:
+        body = ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items())
+        return f"{self._spec.name}({body})"
+
+    def __reduce__(self) -> Any:
+        raise TypeError(f"{self._spec.name} messages are not picklable; pickle as_dict() instead")
+
+
+_new_tuple = tuple.__new__
+
+
+def _byte_view(buffer: Any) -> Buffer:
+    """bytes/bytearray as they are, anything else with the buffer protocol as a flat memoryview of bytes."""
+    if type(buffer) is bytes or type(buffer) is bytearray:
+        return buffer  # type: ignore[no-any-return]
+    try:
+        view = buffer if type(buffer) is memoryview else memoryview(buffer)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+    except TypeError as e:
+        raise CodecError(f"cannot use {type(buffer).__name__} as a byte buffer: {e}") from None
+    return view
+
+
+def _message_class(spec: MessageSpec, schema_id: int, wire_attrs: tuple[str, ...],
+                   var_attrs: tuple[str, ...], constants: dict[str, Any]) -> type[Message]:
+    """The per-message Message subclass: tuple layout (*fixed, *var, block_length, version, encoded_length)."""
+    attrs = (*wire_attrs, *var_attrs)
+    n = len(attrs)
+    ns: dict[str, Any] = {
+        "__slots__": (),
+        "__doc__": spec.description or f"Decoded {spec.name} (template id {spec.template_id}).",
+        "_spec": spec,
+        "_attrs": attrs,
+        "_n": n,
+        "_constants": dict(constants),
+        "_schema_id": schema_id,
+        "name": spec.name,
+        "template_id": spec.template_id,
+        "schema_id": schema_id,
+        "block_length": property(operator.itemgetter(n), doc="acting block length from the header"),
+        "version": property(operator.itemgetter(n + 1), doc="acting schema version from the header"),
+        "encoded_length": property(operator.itemgetter(n + 2), doc="bytes consumed by this message"),
+    }
+    # Fields after metadata: a field named like a metadata attribute (e.g. `version`) takes precedence.
+    for i, attr in enumerate(attrs):
+        ns[attr] = property(operator.itemgetter(i))
+    ns.update(constants)
+    return type(spec.name, (Message,), ns)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Compiled layouts
+# --------------------------------------------------------------------------------------------------------------
+
+
+class _Compiled:
+    """Everything encode/decode needs for one message, precomputed."""
+
+    __slots__ = (
+        "spec", "name", "template_id", "block_length", "max_since", "wire_fields", "wire_attrs", "nulls",
+        "block_struct", "full_struct", "field_structs", "defaults", "text_fields", "constants", "var_fields",
+        "var_attrs", "var_encode", "var_layouts", "attr_set", "cls", "header_values",
+    )
+
+    def __init__(self, spec: MessageSpec, order: str, header_fmt: str, header_idx: tuple[int, int, int, int],
+                 schema_id: int, schema_version: int) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.template_id = spec.template_id
+        self.block_length = spec.block_length
+        wire = tuple(f for f in spec.fields if not f.is_constant)
+        self.wire_fields = wire
+        self.wire_attrs = tuple(f.attr for f in wire)
+        self.nulls = tuple(f.null_value for f in wire)
+        self.max_since = max((f.since_version for f in wire), default=0)
+        fmt = []
+        cursor = 0
+        for f in wire:
+            if f.offset > cursor:
+                fmt.append(f"{f.offset - cursor}x")
+            fmt.append(f.struct_format)
+            cursor = f.offset + f.size
+        if spec.block_length > cursor:
+            fmt.append(f"{spec.block_length - cursor}x")
+        block_fmt = "".join(fmt)
+        self.block_struct = struct.Struct(order + block_fmt)
+        self.full_struct = struct.Struct(order + header_fmt + block_fmt)
+        header_values = [0] * len(struct.unpack(order + header_fmt, bytes(struct.calcsize(order + header_fmt))))
+        for i, v in zip(header_idx, (spec.block_length, spec.template_id, schema_id, schema_version)):
+            header_values[i] = v
+        self.header_values = tuple(header_values)
+        self.field_structs = tuple(struct.Struct(order + f.struct_format) for f in wire)
+        self.defaults = tuple((f.attr, f.default) for f in wire)
+        self.text_fields = tuple(i for i, f in enumerate(wire) if f.text_encoding is not None)
+        self.constants = {f.attr: f.constant for f in spec.fields if f.is_constant}
+        self.var_fields = spec.var_fields
+        self.var_attrs = tuple(v.attr for v in spec.var_fields)
+        # varData given as str is encoded UTF-8; varAscii as its characterEncoding.
+        self.var_encode = tuple((v.attr, b"", v.text_encoding or "utf-8", v.max_length) for v in spec.var_fields)
+        layouts = []
+        for v in spec.var_fields:
+            st = struct.Struct(order + _PRIMITIVES[v.length_primitive].code)
+            layouts.append((st.unpack_from, st.pack, st.pack_into, v.length_size, v.max_length, v.text_encoding,
+                            v.since_version, v.attr))
+        self.var_layouts = tuple(layouts)
+        self.attr_set = frozenset((*self.wire_attrs, *self.var_attrs, *self.constants))
+        self.cls = _message_class(spec, schema_id, self.wire_attrs, self.var_attrs, self.constants)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Schema parsing
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _local(tag: str) -> str:
+    return tag.rpartition("}")[2]
+
+
+def _int_attr(elem: ET.Element, name: str, default: int | None = None) -> int | None:
+    raw = elem.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise SchemaError(f"attribute {name}={raw!r} of <{_local(elem.tag)} name={elem.get('name')!r}> "
+                          "is not an integer") from None
+
+
+def _python_encoding(name: str) -> str:
+    """Python codec name for an SBE characterEncoding, checked now so a bad name fails at schema load."""
+    normalised = name.strip().upper().replace("_", "-")
+    if normalised in ("US-ASCII", "ASCII"):
+        return "ascii"
+    try:
+        return codecs.lookup(name.strip()).name
+    except LookupError:
+        raise SchemaError(f"unknown characterEncoding {name!r}") from None
+
+
+def _parse_number(text: str, primitive: str) -> int | float:
+    if primitive in ("float", "double"):
+        return float(text)
+    return int(text, 0) if text.strip().lower().startswith(("0x", "-0x")) else int(text)
+
+
+@dataclass
+class _TypeDef:
+    """A resolved `<type>`, `<enum>`, `<set>` or `<composite>` from the schema's types section."""
+
+    kind: str  # "type" | "enum" | "set" | "composite"
+    name: str
+    elem: ET.Element
+    primitive: str = ""
+    length: int = 1
+    optional: bool = False
+    constant: Any = None
+    null_value: Any = None
+    min_value: Any = None
+    max_value: Any = None
+    text_encoding: str | None = None
+    offset: int | None = None
+    enum: EnumSpec | None = None
+    set_choices: dict[str, int] | None = None
+    members: list[_TypeDef] = field(default_factory=list)
+
+
+class _SchemaParser:
+    """Turns the XML into MessageSpecs; every error names the element it comes from."""
+
+    def __init__(self, root: ET.Element) -> None:
+        if _local(root.tag) != "messageSchema":
+            raise SchemaError(f"root element is <{_local(root.tag)}>, expected <messageSchema>")
+        self.root = root
+        self.schema_id = _int_attr(root, "id")
+        if self.schema_id is None:
+            raise SchemaError("<messageSchema> has no id")
+        self.version = _int_attr(root, "version", 0) or 0
+        self.package = root.get("package", "")
+        self.semantic_version = root.get("semanticVersion", "")
+        byte_order = root.get("byteOrder", "littleEndian")
+        if byte_order not in ("littleEndian", "bigEndian"):
+            raise SchemaError(f"unknown byteOrder {byte_order!r}")
+        self.order = "<" if byte_order == "littleEndian" else ">"
+        self.header_type = root.get("headerType", "messageHeader")
+        self.raw_types: dict[str, ET.Element] = {}
+        for types in root.iter():
+            if _local(types.tag) != "types":
+                continue
+            for elem in types:
+                if not isinstance(elem.tag, str):
+                    continue
+                name = elem.get("name")
+                if name is None:
+                    raise SchemaError(f"<{_local(elem.tag)}> in <types> has no name")
+                self.raw_types[name] = elem
+        self.types: dict[str, _TypeDef] = {}
+
+    # ---- types ----
+
+    def resolve(self, name: str, context: str) -> _TypeDef:
+        if name in self.types:
+            return self.types[name]
+        if name in _PRIMITIVES:
+            td = self._primitive_type(name, ET.Element("type", name=name, primitiveType=name))
+        elif name in self.raw_types:
+            td = self._parse_type_elem(self.raw_types[name])
+        else:
+            raise SchemaError(f"{context}: unknown type {name!r}")
+        self.types[name] = td
+        return td
+
+    def _parse_type_elem(self, elem: ET.Element) -> _TypeDef:
+        kind = _local(elem.tag)
+        name = elem.get("name", "")
+        if kind == "type":
+            return self._primitive_type(name, elem)
+        if kind == "enum":
+            return self._enum_type(name, elem)
+        if kind == "set":
+            return self._set_type(name, elem)
+        if kind == "composite":
+            return self._composite_type(name, elem)
+        if kind == "ref":
+            inner = self.resolve(elem.get("type", ""), f"<ref name={name!r}>")
+            td = _TypeDef(**{**inner.__dict__, "name": name, "elem": elem, "offset": _int_attr(elem, "offset")})
+            return td
+        raise SchemaError(f"unsupported type element <{kind} name={name!r}>")
+
+    def _primitive_type(self, name: str, elem: ET.Element) -> _TypeDef:
+        primitive = elem.get("primitiveType", "")
+        if primitive not in _PRIMITIVES:
+            raise SchemaError(f"type {name!r}: unknown primitiveType {primitive!r}")
+        p = _PRIMITIVES[primitive]
+        length = _int_attr(elem, "length", 1)
+        assert length is not None
+        presence = elem.get("presence", "required")
+        if presence not in ("required", "optional", "constant"):
+            raise SchemaError(f"type {name!r}: unknown presence {presence!r}")
+        td = _TypeDef("type", name, elem, primitive=primitive, length=length, offset=_int_attr(elem, "offset"))
+        encoding = elem.get("characterEncoding")
+        if encoding:
+            td.text_encoding = _python_encoding(encoding)
+        elif primitive == "char":
+            td.text_encoding = "ascii"
+        td.optional = presence == "optional"
+        try:
+            td.null_value = _parse_number(elem.get("nullValue"), primitive) if elem.get("nullValue") else p.null
+            td.min_value = _parse_number(elem.get("minValue"), primitive) if elem.get("minValue") else p.min
+            td.max_value = _parse_number(elem.get("maxValue"), primitive) if elem.get("maxValue") else p.max
+        except ValueError as e:
+            raise SchemaError(f"type {name!r}: bad numeric attribute ({e})") from None
+        if presence == "constant":
+            text = (elem.text or "").strip()
+            if primitive == "char":
+                td.constant = text
+            else:
+                try:
+                    td.constant = _parse_number(text, primitive)
+                except ValueError:
+                    raise SchemaError(f"constant type {name!r} has non-numeric value {text!r}") from None
+        return td
+
+    def _enum_type(self, name: str, elem: ET.Element) -> _TypeDef:
+        encoding = elem.get("encodingType", "")
+        base = self.resolve(encoding, f"enum {name!r}")
+        if base.kind != "type" or base.length != 1 or base.primitive in ("float", "double"):
+            raise SchemaError(f"enum {name!r}: encodingType {encoding!r} is not an integer or char primitive")
+        primitive = "uint8" if base.primitive == "char" else base.primitive
+        values: dict[str, int] = {}
+        for vv in elem:
+            if not isinstance(vv.tag, str) or _local(vv.tag) != "validValue":
+                continue
+            vname = vv.get("name", "")
+            text = (vv.text or "").strip()
+            try:
+                values[vname] = ord(text) if base.primitive == "char" else int(text)
+            except (TypeError, ValueError):
+                raise SchemaError(f"enum {name!r}: validValue {vname!r} has bad value {text!r}") from None
+        null = int(elem.get("nullValue")) if elem.get("nullValue") else base.null_value
+        spec = EnumSpec(name, primitive, dict(values), int(null), IntEnum(name, values))  # type: ignore[misc]
+        p = _PRIMITIVES[primitive]
+        return _TypeDef("enum", name, elem, primitive=primitive, null_value=int(null), min_value=p.min,
+                        max_value=p.max, enum=spec, offset=_int_attr(elem, "offset"))
+
+    def _set_type(self, name: str, elem: ET.Element) -> _TypeDef:
+        encoding = elem.get("encodingType", "")
+        base = self.resolve(encoding, f"set {name!r}")
+        if base.kind != "type" or base.primitive not in ("uint8", "uint16", "uint32", "uint64"):
+            raise SchemaError(f"set {name!r}: encodingType {encoding!r} must be an unsigned integer")
+        choices: dict[str, int] = {}
+        for ch in elem:
+            if isinstance(ch.tag, str) and _local(ch.tag) == "choice":
+                choices[ch.get("name", "")] = int((ch.text or "0").strip())
+        p = _PRIMITIVES[base.primitive]
+        return _TypeDef("set", name, elem, primitive=base.primitive, null_value=0, min_value=0,
+                        max_value=(1 << (8 * p.size)) - 1, set_choices=choices, offset=_int_attr(elem, "offset"))
+
+    def _composite_type(self, name: str, elem: ET.Element) -> _TypeDef:
+        td = _TypeDef("composite", name, elem, offset=_int_attr(elem, "offset"))
+        for member in elem:
+            if not isinstance(member.tag, str):
+                continue
+            td.members.append(self._parse_type_elem(member))
+        return td
+
+    @staticmethod
+    def wire_size(td: _TypeDef) -> int:
+        if td.kind == "composite":
+            cursor = 0
+            for m in td.members:
+                if m.offset is not None:
+                    cursor = m.offset
+                cursor += _SchemaParser.wire_size(m)
+            return cursor
+        if td.constant is not None:
+            return 0
+        return _PRIMITIVES[td.primitive].size * td.length
+
+    # ---- header ----
+
+    def header_layout(self) -> tuple[str, tuple[int, int, int, int], int]:
+        """Struct format of the header (without byte order), indices of the 4 standard fields, and its size."""
+        td = self.resolve(self.header_type, "message header")
+        if td.kind != "composite":
+            raise SchemaError(f"header type {self.header_type!r} is not a composite")
+        fmt = []
+        names = []
+        cursor = 0
+        for m in td.members:
+            if m.kind != "type" or m.length != 1 or m.primitive not in ("uint8", "uint16", "uint32", "uint64"):
+                raise SchemaError(f"header member {m.name!r} must be an unsigned integer primitive")
+            if m.offset is not None:
+                if m.offset < cursor:
+                    raise SchemaError(f"header member {m.name!r} offset {m.offset} overlaps the previous member")
+                if m.offset > cursor:
+                    fmt.append(f"{m.offset - cursor}x")
+                cursor = m.offset
+            fmt.append(_PRIMITIVES[m.primitive].code)
+            names.append(m.name)
+            cursor += _PRIMITIVES[m.primitive].size
+        missing = [n for n in _HEADER_FIELDS if n not in names]
+        if missing:
+            raise SchemaError(f"header type {self.header_type!r} lacks {', '.join(missing)}")
+        idx = tuple(names.index(n) for n in _HEADER_FIELDS)
+        return "".join(fmt), idx, cursor  # type: ignore[return-value]
+
+    # ---- messages ----
+
+    def messages(self) -> list[MessageSpec]:
+        specs = []
+        for elem in self.root:
+            if isinstance(elem.tag, str) and _local(elem.tag) == "message":
+                specs.append(self._message(elem))
+        return specs
+
+    def _leaf_fields(self, td: _TypeDef, base_name: str, attr: str, field_id: int, offset: int, since: int,
+                     optional: bool, context: str, out: list[FieldSpec]) -> None:
+        if td.kind == "composite":
+            cursor = offset
+            for m in td.members:
+                if m.offset is not None:
+                    cursor = offset + m.offset
+                self._leaf_fields(m, f"{base_name}.{m.name}", f"{attr}_{snake_case(m.name)}", field_id, cursor,
+                                  since, optional, context, out)
+                cursor += self.wire_size(m)
+            return
+        p = _PRIMITIVES[td.primitive]
+        length = td.length
+        text = td.text_encoding if length != 1 or td.primitive == "char" else None
+        if length != 1 and td.primitive not in ("char", "uint8", "int8"):
+            raise SchemaError(f"{context}: arrays of {td.primitive} are not supported (field {base_name!r})")
+        if length != 1 or td.primitive == "char":
+            fmt = f"{length}s"
+            null: Any = "" if text else b""
+            default: Any = null
+        else:
+            fmt = p.code
+            is_optional = optional or td.optional
+            null = td.null_value
+            default = td.null_value if is_optional else 0
+        out.append(FieldSpec(
+            name=base_name, attr=attr, id=field_id, type_name=td.name, primitive_type=td.primitive,
+            offset=offset, size=0 if td.constant is not None else p.size * length, length=length,
+            optional=optional or td.optional, null_value=null, default=default, min_value=td.min_value,
+            max_value=td.max_value, since_version=since, struct_format=fmt, enum=td.enum,
+            set_choices=td.set_choices, constant=td.constant, text_encoding=text,
+        ))
+
+    def _message(self, elem: ET.Element) -> MessageSpec:
+        name = elem.get("name") or ""
+        template_id = _int_attr(elem, "id")
+        if not name or template_id is None:
+            raise SchemaError(f"<message name={name!r}> needs a name and an id")
+        ctx = f"message {name} (id {template_id})"
+        fields: list[FieldSpec] = []
+        var_fields: list[VarFieldSpec] = []
+        cursor = 0
+        for child in elem:
+            if not isinstance(child.tag, str):
+                continue
+            kind = _local(child.tag)
+            fname = child.get("name") or ""
+            fid = _int_attr(child, "id", 0) or 0
+            since = _int_attr(child, "sinceVersion", 0) or 0
+            if kind == "group":
+                raise SchemaError(f"{ctx}: repeating group {fname!r} is not supported by this codec")
+            if kind == "field":
+                if var_fields:
+                    raise SchemaError(f"{ctx}: fixed field {fname!r} follows a data field")
+                td = self.resolve(child.get("type", ""), f"{ctx} field {fname!r}")
+                presence = child.get("presence", "required")
+                if presence == "constant":
+                    value_ref = child.get("valueRef")
+                    constant: Any = self._value_ref(value_ref, ctx) if value_ref else td.constant
+                    if constant is None:
+                        raise SchemaError(f"{ctx}: constant field {fname!r} has no value")
+                    fields.append(FieldSpec(
+                        name=fname, attr=snake_case(fname), id=fid, type_name=td.name, primitive_type=td.primitive,
+                        offset=cursor, size=0, length=1, optional=False, null_value=constant, default=constant,
+                        min_value=constant, max_value=constant, since_version=since, struct_format="",
+                        enum=td.enum, constant=constant))
+                    continue
+                offset = _int_attr(child, "offset")
+                if offset is not None:
+                    if offset < cursor:
+                        raise SchemaError(f"{ctx}: field {fname!r} offset {offset} overlaps the previous field "
+                                          f"(ends at {cursor})")
+                    cursor = offset
+                self._leaf_fields(td, fname, snake_case(fname), fid, cursor, since, presence == "optional", ctx,
+                                  fields)
+                cursor += self.wire_size(td)
+            elif kind == "data":
+                td = self.resolve(child.get("type", ""), f"{ctx} data {fname!r}")
+                var_fields.append(self._var_field(td, fname, fid, since, ctx))
+            else:
+                raise SchemaError(f"{ctx}: unsupported element <{kind}>")
+        block_length = _int_attr(elem, "blockLength")
+        if block_length is None:
+            block_length = cursor
+        elif block_length < cursor:
+            raise SchemaError(f"{ctx}: blockLength {block_length} is shorter than its fields ({cursor} bytes)")
+        attrs = [f.attr for f in fields] + [v.attr for v in var_fields]
+        dupes = {a for a in attrs if attrs.count(a) > 1}
+        if dupes:
+            raise SchemaError(f"{ctx}: field names collide in snake_case: {sorted(dupes)}")
+        reserved = _RESERVED_ATTRS.intersection(attrs)
+        if reserved:
+            raise SchemaError(f"{ctx}: field name(s) {sorted(reserved)} clash with Message methods")
+        return MessageSpec(
+            name=name, template_id=template_id, block_length=block_length,
+            since_version=_int_attr(elem, "sinceVersion", 0) or 0, description=elem.get("description", ""),
+            fields=tuple(fields), var_fields=tuple(var_fields))
+
+    def _var_field(self, td: _TypeDef, fname: str, fid: int, since: int, ctx: str) -> VarFieldSpec:
+        if td.kind != "composite":
+            raise SchemaError(f"{ctx}: data field {fname!r} type {td.name!r} is not a composite")
+        members = {m.name: m for m in td.members}
+        length, data = members.get("length"), members.get("varData")
+        if length is None or data is None or len(td.members) != 2 or td.members[0] is not length:
+            raise SchemaError(f"{ctx}: data field {fname!r} type {td.name!r} must be (length, varData)")
+        if length.primitive not in ("uint8", "uint16", "uint32"):
+            raise SchemaError(f"{ctx}: data field {fname!r} length must be uint8/uint16/uint32")
+        p = _PRIMITIVES[length.primitive]
+        declared_max = length.max_value if length.elem.get("maxValue") else min(p.max, DEFAULT_MAX_VAR_LENGTH)
+        text = data.text_encoding
+        return VarFieldSpec(name=fname, attr=snake_case(fname), id=fid, type_name=td.name,
+                            length_primitive=length.primitive, length_size=p.size, max_length=int(declared_max),
+                            text_encoding=text, since_version=since)
+
+    def _value_ref(self, ref: str, ctx: str) -> int:
+        enum_name, _, value_name = ref.partition(".")
+        td = self.resolve(enum_name, f"{ctx} valueRef {ref!r}")
+        if td.enum is None or value_name not in td.enum.values:
+            raise SchemaError(f"{ctx}: valueRef {ref!r} does not name an enum value")
+        return td.enum.values[value_name]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Codec
+# --------------------------------------------------------------------------------------------------------------
+
+
+class SbeCodec:
+    """Encoder/decoder for every message of one SBE schema (fixed block + var fields, no groups)."""
+
+    def __init__(self, root: ET.Element, source: str = "<xml>") -> None:
+        parser = _SchemaParser(root)
+        self.source = source
+        self.schema_id: int = parser.schema_id  # type: ignore[assignment]
+        self.schema_version: int = parser.version
+        self.package: str = parser.package
+        self.semantic_version: str = parser.semantic_version
+        self.byte_order: str = parser.order
+        header_fmt, self._header_idx, self.header_length = parser.header_layout()
+        self._header_struct = struct.Struct(parser.order + header_fmt)
+        self._header_identity = self._header_idx == (0, 1, 2, 3) and len(self._header_struct.unpack(
+            bytes(self.header_length))) == 4
+        specs = parser.messages()
+        self._by_id: dict[int, _Compiled] = {}
+        self._by_name: dict[str, _Compiled] = {}
+        for spec in specs:
+            if spec.template_id in self._by_id:
+                raise SchemaError(f"template id {spec.template_id} used by both {self._by_id[spec.template_id].name}"
+                                  f" and {spec.name}")
+            if spec.name in self._by_name:
+                raise SchemaError(f"message name {spec.name!r} defined twice")
+            compiled = _Compiled(spec, parser.order, header_fmt, self._header_idx, self.schema_id,
+                                 self.schema_version)
+            self._by_id[spec.template_id] = compiled
+            self._by_name[spec.name] = compiled
+        self._lookup: dict[Any, _Compiled] = {**self._by_name, **self._by_id}
+        for type_name, elem in parser.raw_types.items():
+            if _local(elem.tag) == "enum":
+                parser.resolve(type_name, "enum")
+        self.enums: dict[str, EnumSpec] = {
+            td.name: td.enum for td in parser.types.values() if td.enum is not None
+        }
+        log.debug("SBE schema %s id=%d version=%d: %d messages", source, self.schema_id, self.schema_version,
+                  len(specs))
+
+    # ---- construction ----
+
+    @classmethod
+    def from_xml(cls, path_or_text: str | bytes | Path) -> SbeCodec:
+        """Build a codec from a schema file path or from the XML text itself (anything starting with '<')."""
+        if isinstance(path_or_text, bytes):
+            text, source = path_or_text, "<bytes>"
+        elif isinstance(path_or_text, str) and path_or_text.lstrip().startswith("<"):
+            text, source = path_or_text.encode(), "<text>"
+        else:
+            path = Path(path_or_text)
+            try:
+                text, source = path.read_bytes(), str(path)
+            except OSError as e:
+                raise SchemaError(f"cannot read SBE schema {path}: {e}") from e
+        try:
+            root = ET.fromstring(text)
+            if root.find(f".//{_XINCLUDE}") is not None:
+                # Shared type files, as in SBE's own examples; relative hrefs resolve against the schema's path.
+                base = source if not source.startswith("<") else None
+                ElementInclude.include(root, base_url=base)
+        except ET.ParseError as e:
+            raise SchemaError(f"SBE schema {source} is not well-formed XML: {e}") from e
+        except (OSError, ElementInclude.FatalIncludeError) as e:
+            raise SchemaError(f"SBE schema {source}: cannot resolve xi:include: {e}") from e
+        return cls(root, source)
+
+    # ---- metadata ----
+
+    def message(self, name_or_template_id: str | int) -> MessageSpec:
+        return self._resolve(name_or_template_id).spec
+
+    @property
+    def messages(self) -> tuple[MessageSpec, ...]:
+        return tuple(c.spec for c in self._by_id.values())
+
+    def template_id(self, name: str) -> int:
+        return self._resolve(name).template_id
+
+    def numpy_dtype(self, message: str | int) -> numpy.dtype:
+        """Structured dtype of the message's fixed block (no header), with explicit offsets and byte order.
+
+        Lets callers view many equally sized blocks as one array, e.g. catalog descriptors or fixed messages.
+        """
+        import numpy as np
+
+        c = self._resolve(message)
+        order = self.byte_order
+        names, formats, offsets = [], [], []
+        for f in c.wire_fields:
+            names.append(f.attr)
+            if f.struct_format.endswith("s"):
+                formats.append(f"S{f.length}")
+            else:
+                formats.append(order + _PRIMITIVES[f.primitive_type].numpy)
+            offsets.append(f.offset)
+        return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": c.block_length})
+
+    def _resolve(self, key: str | int) -> _Compiled:
+        try:
+            return self._lookup[key]
+        except (KeyError, TypeError):
+            raise CodecError(f"unknown message {key!r} in schema {self.schema_id}") from None
+
+    # ---- header ----
+
+    def peek_header(self, buffer: Buffer, offset: int = 0) -> MessageHeader:
+        """The message header alone, e.g. to dispatch on template id before a full decode."""
+        buffer = _byte_view(buffer)
+        end = self._end(buffer, offset, None)
+        if end - offset < self.header_length:
+            raise CodecError(f"buffer too short for message header at offset {offset}: {end - offset} bytes, "
+                             f"need {self.header_length}")
+        raw = self._header_struct.unpack_from(buffer, offset)
+        i = self._header_idx
+        return MessageHeader(raw[i[0]], raw[i[1]], raw[i[2]], raw[i[3]])
+
+    # ---- decode ----
+
+    def decode(self, buffer: Buffer, offset: int = 0, length: int | None = None) -> Message:
+        """Decode the message at `offset` (header included); `length` bounds the bytes that belong to it."""
+        if type(buffer) is not bytes:
+            buffer = _byte_view(buffer)
+        end = self._end(buffer, offset, length)
+        if end - offset < self.header_length:
+            raise CodecError(f"buffer too short for message header at offset {offset}: {end - offset} bytes, "
+                             f"need {self.header_length}")
+        raw = self._header_struct.unpack_from(buffer, offset)
+        if self._header_identity:
+            block_length, template_id, schema_id, version = raw
+        else:
+            i = self._header_idx
+            block_length, template_id, schema_id, version = raw[i[0]], raw[i[1]], raw[i[2]], raw[i[3]]
+        if schema_id != self.schema_id:
+            raise CodecError(f"schema id {schema_id} != {self.schema_id} (template id {template_id} at offset "
+                             f"{offset})")
+        c = self._by_id.get(template_id)
+        if c is None:
+            raise CodecError(f"unknown template id {template_id} in schema {self.schema_id} at offset {offset}")
+        return self._decode_body(c, buffer, offset, offset + self.header_length, end, block_length, version)
+
+    def decode_body(self, message: str | int, buffer: Buffer, offset: int = 0, length: int | None = None, *,
+                    block_length: int | None = None, version: int | None = None) -> Message:
+        """Decode a block stored without a message header (the catalog stores descriptors this way).
+
+        `block_length`/`version` default to the schema's; `encoded_length` then excludes any header.
+        """
+        c = self._resolve(message)
+        buffer = _byte_view(buffer)
+        end = self._end(buffer, offset, length)
+        return self._decode_body(c, buffer, offset, offset, end,
+                                 c.block_length if block_length is None else block_length,
+                                 self.schema_version if version is None else version)
+
+    def _end(self, buffer: Buffer, offset: int, length: int | None) -> int:
+        size = len(buffer)  # a byte count: _byte_view made any memoryview flat and byte-formatted
+        if offset < 0 or offset > size:
+            raise CodecError(f"offset {offset} is outside the buffer of {size} bytes")
+        if length is None:
+            return size
+        if length < 0 or offset + length > size:
+            raise CodecError(f"length {length} at offset {offset} exceeds the buffer of {size} bytes")
+        return offset + length
+
+    def _decode_body(self, c: _Compiled, buffer: Buffer, start: int, body: int, end: int, block_length: int,
+                     version: int) -> Message:
+        block_end = body + block_length
+        if block_end > end:
+            raise CodecError(f"buffer too short for block of message {c.name}: block length {block_length} at "
+                             f"offset {body} needs {block_length} bytes, {end - body} available")
+        if block_length >= c.block_length and version >= c.max_since:
+            values: Any = c.block_struct.unpack_from(buffer, body)
+        else:
+            values = [
+                st.unpack_from(buffer, body + f.offset)[0]
+                if f.offset + f.size <= block_length and f.since_version <= version else null
+                for f, st, null in zip(c.wire_fields, c.field_structs, c.nulls)
+            ]
+        if c.text_fields:
+            values = list(values)
+            for i in c.text_fields:
+                v = values[i]
+                if isinstance(v, bytes):
+                    values[i] = v.split(b"\0", 1)[0].decode(c.wire_fields[i].text_encoding or "ascii", "replace")
+        pos = block_end
+        if not c.var_layouts:
+            return _new_tuple(c.cls, (*values, block_length, version, pos - start))
+        values = list(values)
+        append = values.append
+        for unpack_len, _pack, _pack_into, len_size, max_len, encoding, since, attr in c.var_layouts:
+            if since > version:
+                append("" if encoding else b"")
+                continue
+            if pos + len_size > end:
+                raise CodecError(f"buffer too short for the length of var field {attr} of message {c.name} at "
+                                 f"offset {pos}: {end - pos} bytes remain")
+            n = unpack_len(buffer, pos)[0]
+            pos += len_size
+            if n > max_len:
+                raise CodecError(f"var field {attr} of message {c.name} length {n} exceeds the maximum {max_len}")
+            if pos + n > end:
+                raise CodecError(f"var field {attr} of message {c.name} length {n} exceeds the remaining "
+                                 f"{end - pos} bytes at offset {pos}")
+            chunk = buffer[pos:pos + n]
+            append(str(chunk, encoding, "replace") if encoding else bytes(chunk))
+            pos += n
+        append(block_length)
+        append(version)
+        append(pos - start)
+        return _new_tuple(c.cls, values)
+
+    # ---- encode ----
+
+    def encode(self, message: str | int, /, **fields: Any) -> bytes:
+        """Header + fixed block + var fields; omitted fields take their defaults (see FieldSpec.default)."""
+        c = self._resolve(message)
+        values, var_data = self._prepare(c, fields)
+        try:
+            head = c.full_struct.pack(*c.header_values, *values)
+        except struct.error:
+            head = self._pack_slow(c, c.full_struct, (*c.header_values, *self._coerce(c, values)))
+        if not var_data:
+            return head
+        parts = [head]
+        for layout, data in zip(c.var_layouts, var_data):
+            parts.append(layout[1](len(data)))
+            parts.append(data)
+        return b"".join(parts)
+
+    def encode_body(self, message: str | int, /, **fields: Any) -> bytes:
+        """Like `encode` without the message header (the catalog's on-disk form)."""
+        c = self._resolve(message)
+        values, var_data = self._prepare(c, fields)
+        try:
+            block = c.block_struct.pack(*values)
+        except struct.error:
+            block = self._pack_slow(c, c.block_struct, self._coerce(c, values))
+        parts: list[Any] = [block]
+        for layout, data in zip(c.var_layouts, var_data):
+            parts.append(layout[1](len(data)))
+            parts.append(data)
+        return b"".join(parts)
+
+    def encode_into(self, buffer: bytearray | memoryview, offset: int, message: str | int, /,
+                    **fields: Any) -> int:
+        """Encode into a preallocated writable buffer at `offset`; returns the encoded length.
+
+        Nothing is written unless the whole message fits.
+        """
+        c = self._resolve(message)
+        values, var_data = self._prepare(c, fields)
+        total = c.full_struct.size
+        for layout, data in zip(c.var_layouts, var_data):
+            total += layout[3] + len(data)
+        if type(buffer) is not bytearray:
+            buffer = _byte_view(buffer)  # type: ignore[assignment]
+            if isinstance(buffer, bytes) or buffer.readonly:
+                raise CodecError(f"cannot encode {c.name} into a read-only buffer")
+        size = len(buffer)
+        if offset < 0 or offset + total > size:
+            raise CodecError(f"buffer too small to encode {c.name}: need {total} bytes at offset {offset}, "
+                             f"buffer holds {size}")
+        try:
+            c.full_struct.pack_into(buffer, offset, *c.header_values, *values)
+        except struct.error:
+            head = self._pack_slow(c, c.full_struct, (*c.header_values, *self._coerce(c, values)))
+            buffer[offset:offset + len(head)] = head
+        pos = offset + c.full_struct.size
+        for layout, data in zip(c.var_layouts, var_data):
+            n = len(data)
+            layout[2](buffer, pos, n)
+            pos += layout[3]
+            buffer[pos:pos + n] = data
+            pos += n
+        return total
+
+    @staticmethod
+    def _pack_slow(c: _Compiled, st: struct.Struct, values: tuple[Any, ...]) -> bytes:
+        try:
+            return st.pack(*values)
+        except struct.error as e:
+            raise CodecError(f"cannot encode message {c.name}: {e}") from None
+
+    def _prepare(self, c: _Compiled, fields: dict[str, Any]) -> tuple[list[Any], list[bytes]]:
+        """Fixed values in wire order (defaults filled in) and the encoded bytes of each var field."""
+        pop = fields.pop
+        values = [pop(attr, default) for attr, default in c.defaults]
+        if c.text_fields:
+            for i in c.text_fields:
+                values[i] = self._fixed_text(c, i, values[i])
+        var_data: list[bytes] = []
+        for attr, default, encoding, max_len in c.var_encode:
+            value = pop(attr, default)
+            if type(value) is str:
+                try:
+                    data = value.encode(encoding)
+                except UnicodeEncodeError as e:
+                    raise CodecError(f"var field {attr} of message {c.name}: {e}") from None
+            elif type(value) is bytes:
+                data = value
+            else:
+                data = self._var_bytes(c, attr, value)
+            if len(data) > max_len:
+                raise CodecError(f"var field {attr} of message {c.name} length {len(data)} exceeds the maximum "
+                                 f"{max_len}")
+            var_data.append(data)
+        if fields:
+            self._check_extra(c, fields)
+        return values, var_data
+
+    @staticmethod
+    def _var_bytes(c: _Compiled, attr: str, value: Any) -> bytes:
+        if value is None:
+            return b""
+        if isinstance(value, str):  # str subclass
+            return SbeCodec._var_bytes(c, attr, str(value).encode(c.spec.field(attr).text_encoding or "utf-8"))
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return bytes(value)
+        raise CodecError(f"var field {attr} of message {c.name} takes str or bytes, not {type(value).__name__}")
+
+    @staticmethod
+    def _check_extra(c: _Compiled, extra: dict[str, Any]) -> None:
+        for attr, value in extra.items():
+            if attr in c.constants:
+                if value != c.constants[attr]:
+                    raise CodecError(f"field {attr} of message {c.name} is the constant {c.constants[attr]!r}, "
+                                     f"got {value!r}")
+                continue
+            known = ", ".join(sorted(c.attr_set))
+            raise CodecError(f"unknown field {attr!r} for message {c.name} (fields: {known})")
+
+    @staticmethod
+    def _fixed_text(c: _Compiled, i: int, value: Any) -> bytes:
+        f = c.wire_fields[i]
+        if isinstance(value, str):
+            try:
+                value = value.encode(f.text_encoding or "ascii")
+            except UnicodeEncodeError as e:
+                raise CodecError(f"field {f.attr} of message {c.name}: {e}") from None
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise CodecError(f"field {f.attr} of message {c.name} takes str or bytes, not {type(value).__name__}")
+        if len(value) > f.length:
+            raise CodecError(f"field {f.attr} of message {c.name} holds {f.length} bytes, got {len(value)}")
+        return bytes(value)
+
+    @staticmethod
+    def _coerce(c: _Compiled, values: list[Any]) -> list[Any]:
+        """Slow path after struct rejected a value: map enum names, then name the offending field."""
+        out = list(values)
+        for i, (f, v) in enumerate(zip(c.wire_fields, values)):
+            if f.struct_format.endswith("s"):
+                continue
+            if isinstance(v, str) and f.enum is not None:
+                if v not in f.enum.values:
+                    raise CodecError(f"field {f.attr} of message {c.name}: {v!r} is not a {f.enum.name} value "
+                                     f"({', '.join(f.enum.values)})")
+                v = f.enum.values[v]
+            if f.primitive_type in ("float", "double"):
+                if not isinstance(v, (int, float)):
+                    raise CodecError(f"field {f.attr} of message {c.name} takes a number, not {type(v).__name__}")
+            else:
+                if not isinstance(v, int):
+                    try:
+                        v = operator.index(v)
+                    except TypeError:
+                        raise CodecError(f"field {f.attr} of message {c.name} takes an int, not "
+                                         f"{type(v).__name__} {v!r}") from None
+                bits = 8 * _PRIMITIVES[f.primitive_type].size
+                unsigned = f.primitive_type.startswith("u")
+                lo, hi = (0, (1 << bits) - 1) if unsigned else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+                if not lo <= v <= hi:
+                    raise CodecError(f"field {f.attr} of message {c.name} value {v} does not fit {f.primitive_type}")
+            out[i] = v
+        return out
+
+    def __repr__(self) -> str:
+        return (f"SbeCodec(package={self.package!r}, schema_id={self.schema_id}, version={self.schema_version}, "
+                f"messages={len(self._by_id)})")
+
+
+@functools.cache
+def load_archive_codec() -> SbeCodec:
+    """The Aeron Archive control protocol codec (schema 101), parsed once per process."""
+    text = resources.files(__package__).joinpath(ARCHIVE_SCHEMA_FILE).read_bytes()
+    return SbeCodec.from_xml(text)
