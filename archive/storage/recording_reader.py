@@ -1,0 +1,265 @@
+"""RecordingReader: positional reads of a recording's segment files for replay, tools and the Spark connector.
+
+Reads never cross a term boundary (and so never a segment boundary), exactly like `ReplaySession.readRecording`:
+a replay offers whole terms' worth of frames with `offerBlock`, which must not span terms, and the position of
+every byte read is then simply `position + offset`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from types import TracebackType
+from typing import Any
+
+from archive.constants import FILE_IO_MAX_LENGTH_DEFAULT, NULL_POSITION
+from archive.descriptor import RecordingDescriptor
+from archive.exceptions import ArchiveError, ErrorCode
+from archive.storage.frames import (
+    FRAME_ALIGNMENT,
+    HEADER_LENGTH,
+    ScanStop,
+    align,
+    compute_term_id_from_position,
+    header_matches,
+    position_bits_to_shift,
+    scan_frames,
+)
+from archive.storage.segments import segment_file_base_position, segment_file_name
+
+log = logging.getLogger(__name__)
+
+
+class RecordingReader:
+    """Reads one recording; keeps the current segment file open and swaps it when a read moves to another."""
+
+    def __init__(
+        self,
+        archive_dir: str | os.PathLike[str],
+        recording_id: int,
+        start_position: int,
+        term_length: int,
+        segment_length: int,
+        initial_term_id: int,
+        stream_id: int,
+        *,
+        stop_position: int = NULL_POSITION,
+        clock_ns: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
+        self._archive_dir = os.fspath(archive_dir)
+        self._recording_id = recording_id
+        self._start_position = start_position
+        self._term_length = term_length
+        self._segment_length = segment_length
+        self._initial_term_id = initial_term_id
+        self._stream_id = stream_id
+        self._position_bits = position_bits_to_shift(term_length)
+        self.stop_position = stop_position
+        self._clock_ns = clock_ns
+        self._fd = -1
+        self._segment_base = NULL_POSITION
+        self._closed = False
+        self.total_read_bytes = 0
+        self.total_read_time_ns = 0
+        self.max_read_time_ns = 0
+
+    @classmethod
+    def for_descriptor(cls, archive_dir: str | os.PathLike[str], descriptor: RecordingDescriptor) -> RecordingReader:
+        return cls(
+            archive_dir,
+            descriptor.recording_id,
+            descriptor.start_position,
+            descriptor.term_buffer_length,
+            descriptor.segment_file_length,
+            descriptor.initial_term_id,
+            descriptor.stream_id,
+            stop_position=descriptor.stop_position,
+        )
+
+    @property
+    def recording_id(self) -> int:
+        return self._recording_id
+
+    @property
+    def start_position(self) -> int:
+        return self._start_position
+
+    @property
+    def term_length(self) -> int:
+        return self._term_length
+
+    def segment_base_position(self, position: int) -> int:
+        return segment_file_base_position(self._start_position, position, self._term_length, self._segment_length)
+
+    def segment_file_path(self, position: int) -> str:
+        return os.path.join(
+            self._archive_dir, segment_file_name(self._recording_id, self.segment_base_position(position))
+        )
+
+    def segment_exists(self, position: int) -> bool:
+        """Replay INIT waits for this: a live recording may not have created the file yet."""
+        return os.path.exists(self.segment_file_path(position))
+
+    def read_into(self, buffer: Any, position: int, max_length: int, limit_position: int | None = None) -> int:
+        """Read up to `max_length` bytes at `position` into `buffer`; returns the byte count (0 at the limit).
+
+        The read stops at the end of the term, at `len(buffer)` and at the limit: `limit_position` when given (a
+        live recording's rec-pos, a bounded replay's counter), else the reader's `stop_position`; with neither it
+        is bounded by the term alone. Bytes past the end of a shorter-than-segment file read as zeros.
+        """
+        self._check_position(position)
+        limit = self.stop_position if limit_position is None else limit_position
+        view = memoryview(buffer)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        length = min(max_length, len(view), self._term_length - (position & (self._term_length - 1)))
+        if limit != NULL_POSITION:
+            length = min(length, limit - position)
+        if length <= 0:
+            return 0
+
+        fd = self._segment_fd(position)
+        file_offset = position - self._segment_base
+        start_ns = self._clock_ns()
+        done = 0
+        try:
+            while done < length:
+                n = os.preadv(fd, [view[done:length]], file_offset + done)
+                if n <= 0:
+                    break
+                done += n
+        except OSError as ex:
+            raise ArchiveError(
+                f"failed to read recording {self._recording_id} at position={position}: {ex.strerror or ex}"
+            ) from ex
+        if done < length:
+            view[done:length] = bytes(length - done)
+        elapsed = self._clock_ns() - start_ns
+        self.total_read_bytes += length
+        self.total_read_time_ns += elapsed
+        if elapsed > self.max_read_time_ns:
+            self.max_read_time_ns = elapsed
+        return length
+
+    def validate_frame_at(self, position: int, stop_position: int | None = None) -> None:
+        """Check a replay start position points at a frame header (ReplaySession INIT, step 3).
+
+        Only done when `position > startPosition` and `position != stopPosition`; the frame's termOffset, termId
+        and streamId must match those computed for `position`. The session id is not checked, as it holds a CRC
+        when the recording was made with record checksums.
+        """
+        stop = self.stop_position if stop_position is None else stop_position
+        if position <= self._start_position or position == stop:
+            return
+        self._check_position(position)
+        header = bytearray(HEADER_LENGTH)
+        fd = self._segment_fd(position)
+        read = os.preadv(fd, [header], position - self._segment_base)
+        term_offset = position & (self._term_length - 1)
+        term_id = compute_term_id_from_position(position, self._position_bits, self._initial_term_id)
+        if read != HEADER_LENGTH or not header_matches(header, 0, term_offset, term_id, self._stream_id):
+            raise ArchiveError(
+                f"replayPosition={position} does not point to a valid frame, recordingId={self._recording_id}",
+                ErrorCode.INVALID_POSITION,
+            )
+
+    def iter_chunks(
+        self,
+        from_position: int | None = None,
+        to_position: int | None = None,
+        chunk_length: int = FILE_IO_MAX_LENGTH_DEFAULT,
+        *,
+        reuse_buffer: bool = False,
+    ) -> Iterator[tuple[int, memoryview]]:
+        """Yield `(position, chunk)` pairs of whole frames covering `[from_position, to_position)`.
+
+        Each chunk stays inside one term and holds only complete frames, except that a PAD frame may be cut short
+        after its header (its length still tells the consumer it runs to the end of the term; the next chunk
+        starts there). With `reuse_buffer` a chunk is only valid until the next one is produced.
+        """
+        position = self._start_position if from_position is None else from_position
+        end = self.stop_position if to_position is None else to_position
+        if end == NULL_POSITION:
+            raise ValueError("to_position is required for a recording that is still active")
+        if chunk_length < FRAME_ALIGNMENT:
+            raise ValueError(f"chunk_length too small: {chunk_length}")
+        shared = bytearray(chunk_length) if reuse_buffer else None
+        while position < end:
+            buffer = shared if shared is not None else bytearray(min(chunk_length, end - position))
+            n = self.read_into(buffer, position, chunk_length, end)
+            view = memoryview(buffer)[:n]
+            scan = scan_frames(view, 0, n)
+            if scan.stop_reason is ScanStop.END:
+                consumed = n
+                yield position, view
+            elif scan.stop_reason is ScanStop.PADDING:
+                pad_end = scan.pad_offset + align(scan.pad_length, FRAME_ALIGNMENT)
+                yield position, view[: min(n, pad_end)]
+                consumed = pad_end
+            elif scan.stop_reason is ScanStop.INCOMPLETE and scan.stop_offset > 0:
+                consumed = scan.stop_offset
+                yield position, view[:consumed]
+            elif scan.stop_reason is ScanStop.INCOMPLETE:
+                needed = align(scan.stop_frame_length, FRAME_ALIGNMENT)
+                if position + needed > end:
+                    raise ArchiveError(
+                        f"frame of {scan.stop_frame_length} bytes at position={position} runs past "
+                        f"position={end}, recordingId={self._recording_id}"
+                    )
+                raise ValueError(f"chunk_length {chunk_length} is smaller than the frame at position={position}")
+            else:
+                raise ArchiveError(
+                    f"unexpected end of recording at position={position + scan.stop_offset}, "
+                    f"recordingId={self._recording_id}"
+                )
+            position = min(end, position + consumed)
+
+    def close(self) -> None:
+        self._closed = True
+        self._close_segment()
+
+    def __enter__(self) -> RecordingReader:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"RecordingReader(recordingId={self._recording_id}, start={self._start_position}, "
+            f"stop={self.stop_position}, segmentBase={self._segment_base})"
+        )
+
+    def _check_position(self, position: int) -> None:
+        if self._closed:
+            raise ArchiveError(f"recording reader closed: recordingId={self._recording_id}")
+        if position & (FRAME_ALIGNMENT - 1):
+            raise ArchiveError(f"position={position} is not a multiple of FRAME_ALIGNMENT ({FRAME_ALIGNMENT})")
+        if position < self._start_position:
+            raise ArchiveError(
+                f"position={position} is before the recording start position={self._start_position}",
+                ErrorCode.INVALID_POSITION,
+            )
+
+    def _segment_fd(self, position: int) -> int:
+        base = self.segment_base_position(position)
+        if base != self._segment_base or self._fd < 0:
+            self._close_segment()
+            path = os.path.join(self._archive_dir, segment_file_name(self._recording_id, base))
+            try:
+                self._fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError as ex:
+                raise ArchiveError(f"recording segment not found: {path}") from ex
+            self._segment_base = base
+            log.debug("recording %d: reading segment %s", self._recording_id, path)
+        return self._fd
+
+    def _close_segment(self) -> None:
+        fd, self._fd = self._fd, -1
+        self._segment_base = NULL_POSITION
+        if fd >= 0:
+            os.close(fd)

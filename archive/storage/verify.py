@@ -1,0 +1,408 @@
+"""Offline verification (and repair) of recordings against their segment files.
+
+`verify_recording` walks every frame from the start position to the stop position (or, for a recording a crash
+left active, to the last frame written) and reports problems by stream position: missing segment files, zero
+length gaps before the stop position, frames whose header does not match their position (termOffset, termId,
+streamId), frames running past their term, record-checksum mismatches and a torn last frame. With `fix=True` the
+recording is cut back to the first problem: the segment file holding it is truncated there and re-extended to its
+full length (as truncate does), later segment files are deleted, and the catalog stop position is updated.
+
+This is the tool the archive's startup error about a torn last fragment points at
+(`aeron-archive verify --dir DIR --fix`). Run it only while no archive has the directory open.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import numpy as np
+
+from archive.constants import NULL_POSITION
+from archive.descriptor import RecordingDescriptor
+from archive.storage.catalog import MIN_CAPACITY, Catalog, fragment_straddles_page_boundary, is_valid_last_frame
+from archive.storage.checksums import Checksum, ChecksumMismatch, frame_checksum
+from archive.storage.frames import (
+    FRAME_ALIGNMENT,
+    HDR_TYPE_DATA,
+    HDR_TYPE_PAD,
+    HEADER_LENGTH,
+    HEADER_STRUCT,
+    MAX_MESSAGE_LENGTH,
+    FrameScan,
+    ScanStop,
+    align,
+    compute_term_id_from_position,
+    frame_type_at,
+    position_bits_to_shift,
+    scan_frames,
+)
+from archive.storage.segments import (
+    erase_segment_tail,
+    segment_file_base_position,
+    segment_file_name,
+    segment_files,
+)
+
+log = logging.getLogger(__name__)
+
+_CHUNK_LENGTH = 1024 * 1024
+
+
+class IssueKind(StrEnum):
+    INVALID_POSITIONS = "invalid_positions"
+    MISSING_SEGMENT = "missing_segment"
+    ZERO_LENGTH_GAP = "zero_length_gap"
+    HEADER_MISMATCH = "header_mismatch"
+    FRAME_OVERRUN = "frame_overrun"
+    CHECKSUM_MISMATCH = "checksum_mismatch"
+    TORN_LAST_FRAME = "torn_last_frame"
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyIssue:
+    position: int
+    kind: IssueKind
+    message: str
+
+
+@dataclass(slots=True)
+class VerifyResult:
+    recording_id: int
+    start_position: int
+    stop_position: int  # the catalog's value when verified (-1: left active)
+    end_position: int  # end of the verified, well-formed data
+    frame_count: int = 0
+    issues: list[VerifyIssue] = field(default_factory=list)
+    fixed: bool = False
+    new_stop_position: int | None = None
+    truncated_file: str | None = None
+    deleted_files: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.issues
+
+    @property
+    def first_issue_position(self) -> int | None:
+        return min((i.position for i in self.issues), default=None)
+
+    def summary(self) -> str:
+        if self.ok:
+            return f"(recordingId={self.recording_id}) OK: {self.frame_count} frames up to position {self.end_position}"
+        lines = [f"(recordingId={self.recording_id}) ERR: {len(self.issues)} issue(s)"]
+        lines += [f"  position={i.position} {i.kind.value}: {i.message}" for i in self.issues]
+        if self.fixed:
+            lines.append(f"  fixed: stopPosition={self.new_stop_position}")
+        return "\n".join(lines)
+
+
+def verify_recording(
+    archive_dir: str | os.PathLike[str],
+    descriptor: RecordingDescriptor,
+    checksum: Checksum | None = None,
+    *,
+    fix: bool = False,
+    catalog: Catalog | None = None,
+    clock_ms: Callable[[], int] | None = None,
+) -> VerifyResult:
+    """Verify one recording; with `fix`, cut it back to its first problem and update `catalog` if given."""
+    directory = os.fspath(archive_dir)
+    start = descriptor.start_position
+    stop = descriptor.stop_position
+    result = VerifyResult(descriptor.recording_id, start, stop, start)
+
+    if start < 0 or start & (FRAME_ALIGNMENT - 1):
+        result.issues.append(VerifyIssue(start, IssueKind.INVALID_POSITIONS, f"invalid startPosition={start}"))
+        return result
+    if stop != NULL_POSITION and (stop < start or stop & (FRAME_ALIGNMENT - 1)):
+        result.issues.append(
+            VerifyIssue(start, IssueKind.INVALID_POSITIONS, f"invalid stopPosition={stop} for startPosition={start}")
+        )
+        return result
+
+    _walk(directory, descriptor, checksum, result)
+    if fix:
+        _fix(directory, descriptor, result, catalog, clock_ms or (lambda: time.time_ns() // 1_000_000))
+    level = logging.INFO if result.ok else logging.WARNING
+    log.log(level, "%s", result.summary())
+    return result
+
+
+def verify_archive(
+    archive_dir: str | os.PathLike[str], fix: bool = False, checksum: Checksum | None = None
+) -> list[VerifyResult]:
+    """Verify every VALID recording of the archive's catalog (opened without crash recovery)."""
+    catalog = Catalog(archive_dir, writable=fix, capacity=MIN_CAPACITY, recover=False)
+    try:
+        return [
+            verify_recording(archive_dir, d, checksum, fix=fix, catalog=catalog if fix else None)
+            for d in list(catalog.descriptors())
+        ]
+    finally:
+        catalog.close()
+
+
+def _walk(directory: str, d: RecordingDescriptor, checksum: Checksum | None, result: VerifyResult) -> None:
+    start, stop = d.start_position, d.stop_position
+    active = stop == NULL_POSITION
+    term_length = d.term_buffer_length
+    segment_length = d.segment_file_length
+    shift = position_bits_to_shift(term_length)
+    segments = {s.base_position: s for s in segment_files(directory, d.recording_id)}
+
+    buffer = bytearray(min(_CHUNK_LENGTH, term_length))
+    position = start
+    last_frame_position = NULL_POSITION
+    last_frame_length = 0
+    fd = -1
+    fd_base = NULL_POSITION
+    try:
+        while active or position < stop:
+            base = segment_file_base_position(start, position, term_length, segment_length)
+            if base != fd_base:
+                if fd >= 0:
+                    os.close(fd)
+                    fd = -1
+                segment = segments.get(base)
+                if segment is None:
+                    if not active:
+                        name = segment_file_name(d.recording_id, base)
+                        result.issues.append(
+                            VerifyIssue(position, IssueKind.MISSING_SEGMENT, f"segment file not found: {name}")
+                        )
+                    break
+                fd = os.open(segment.path, os.O_RDONLY)
+                fd_base = base
+
+            term_remaining = term_length - (position & (term_length - 1))
+            want = min(len(buffer), term_remaining)
+            if not active:
+                want = min(want, stop - position)
+            got = os.preadv(fd, [memoryview(buffer)[:want]], position - base)
+            if got < want:
+                buffer[max(got, 0) : want] = bytes(want - max(got, 0))
+
+            scan = scan_frames(buffer, 0, want, stop_at_padding=False)
+            good = _check_headers(scan, position, shift, d, result)
+            if checksum is not None:
+                _check_checksums(buffer, scan, good, checksum, position, result)
+            if good:
+                result.frame_count += good
+                last_frame_position = position + int(scan.offsets[good - 1])
+                last_frame_length = align(int(scan.lengths[good - 1]), FRAME_ALIGNMENT)
+            if good < scan.count:
+                position += int(scan.offsets[good])
+                break
+            position += scan.stop_offset
+
+            if scan.stop_reason is ScanStop.END:
+                continue
+            if scan.stop_reason is ScanStop.ZERO_LENGTH:
+                if not active:
+                    result.issues.append(
+                        VerifyIssue(
+                            position, IssueKind.ZERO_LENGTH_GAP, f"zero length frame before stopPosition={stop}"
+                        )
+                    )
+                break
+            # INCOMPLETE: the frame at `position` does not fit in what was read.
+            frame_length = scan.stop_frame_length
+            aligned = align(frame_length, FRAME_ALIGNMENT)
+            if aligned > term_remaining - scan.stop_offset:
+                result.issues.append(
+                    VerifyIssue(
+                        position,
+                        IssueKind.FRAME_OVERRUN,
+                        f"frame of {frame_length} bytes runs past the end of its term in segment {fd_base}",
+                    )
+                )
+                break
+            if not active and position + aligned > stop:
+                result.issues.append(
+                    VerifyIssue(
+                        position,
+                        IssueKind.FRAME_OVERRUN,
+                        f"frame of {frame_length} bytes runs past stopPosition={stop}",
+                    )
+                )
+                break
+            if frame_type_at(buffer, scan.stop_offset) == HDR_TYPE_PAD:
+                # Only a PAD's header is on disk and it runs to the end of the term: check the header, skip the rest.
+                if not _check_header_at(buffer, scan.stop_offset, position, shift, d, result):
+                    break
+                result.frame_count += 1
+                last_frame_position, last_frame_length = position, aligned
+                position += aligned
+            elif aligned > MAX_MESSAGE_LENGTH:
+                result.issues.append(
+                    VerifyIssue(position, IssueKind.FRAME_OVERRUN, f"implausible frame length {frame_length}")
+                )
+                break
+            elif aligned > len(buffer):
+                buffer = bytearray(aligned)  # a DATA frame bigger than the chunk: read it whole next time round
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+    result.end_position = position
+    if active and not result.issues and last_frame_length > 0:
+        _check_torn_last_frame(directory, d, checksum, last_frame_position, last_frame_length, result)
+
+
+def _check_headers(scan: FrameScan, position: int, shift: int, d: RecordingDescriptor, result: VerifyResult) -> int:
+    """Number of leading frames whose termOffset/termId/streamId match their position; records the first that
+    does not (the data after it cannot be trusted, so the walk ends there)."""
+    if scan.count == 0:
+        return 0
+    expected_offsets = (position & (d.term_buffer_length - 1)) + scan.offsets
+    expected_term_id = compute_term_id_from_position(position, shift, d.initial_term_id)
+    term_offsets = scan.term_offsets()
+    term_ids = scan.term_ids()
+    stream_ids = scan.stream_ids()
+    bad = (term_offsets != expected_offsets) | (term_ids != expected_term_id) | (stream_ids != d.stream_id)
+    if not bad.any():
+        return scan.count
+    i = int(np.argmax(bad))
+    result.issues.append(
+        _header_issue(
+            position + int(scan.offsets[i]),
+            int(term_offsets[i]),
+            int(expected_offsets[i]),
+            int(term_ids[i]),
+            expected_term_id,
+            int(stream_ids[i]),
+            d.stream_id,
+        )
+    )
+    return i
+
+
+def _check_header_at(
+    buffer: bytearray, offset: int, position: int, shift: int, d: RecordingDescriptor, result: VerifyResult
+) -> bool:
+    expected_offset = position & (d.term_buffer_length - 1)
+    expected_term_id = compute_term_id_from_position(position, shift, d.initial_term_id)
+    _, _, _, _, term_offset, _, stream_id, term_id, _ = HEADER_STRUCT.unpack_from(buffer, offset)
+    if term_offset == expected_offset and term_id == expected_term_id and stream_id == d.stream_id:
+        return True
+    result.issues.append(
+        _header_issue(position, term_offset, expected_offset, term_id, expected_term_id, stream_id, d.stream_id)
+    )
+    return False
+
+
+def _header_issue(
+    position: int,
+    term_offset: int,
+    expected_offset: int,
+    term_id: int,
+    expected_term_id: int,
+    stream_id: int,
+    expected_stream_id: int,
+) -> VerifyIssue:
+    return VerifyIssue(
+        position,
+        IssueKind.HEADER_MISMATCH,
+        f"fragment termOffset={term_offset} (expected={expected_offset}), termId={term_id} "
+        f"(expected={expected_term_id}), streamId={stream_id} (expected={expected_stream_id})",
+    )
+
+
+def _check_checksums(
+    buffer: bytearray, scan: FrameScan, good: int, checksum: Checksum, position: int, result: VerifyResult
+) -> None:
+    """Record every DATA frame among the first `good` whose stored checksum is wrong (the walk carries on: the
+    frame structure is intact, only payload bytes differ)."""
+    rows = zip(
+        scan.offsets[:good].tolist(),
+        scan.lengths[:good].tolist(),
+        scan.types[:good].tolist(),
+        scan.session_ids()[:good].tolist(),
+        strict=True,
+    )
+    for offset, length, frame_type, stored in rows:
+        if frame_type != HDR_TYPE_DATA:
+            continue
+        computed = frame_checksum(checksum, buffer, offset, length)
+        if computed != stored:
+            mismatch = ChecksumMismatch(position + offset, offset, stored, computed)
+            result.issues.append(VerifyIssue(mismatch.position, IssueKind.CHECKSUM_MISMATCH, mismatch.message))
+
+
+def _check_torn_last_frame(
+    directory: str,
+    d: RecordingDescriptor,
+    checksum: Checksum | None,
+    frame_position: int,
+    frame_length: int,
+    result: VerifyResult,
+) -> None:
+    base = segment_file_base_position(d.start_position, frame_position, d.term_buffer_length, d.segment_file_length)
+    file_offset = frame_position - base
+    if not fragment_straddles_page_boundary(file_offset, frame_length):
+        return
+    fd = os.open(os.path.join(directory, segment_file_name(d.recording_id, base)), os.O_RDONLY)
+    try:
+        if frame_type_at(os.pread(fd, HEADER_LENGTH, file_offset), 0) == HDR_TYPE_PAD:
+            return  # only a PAD's header is ever written: nothing more to check
+        frame = bytearray(frame_length)
+        os.preadv(fd, [frame], file_offset)
+    finally:
+        os.close(fd)
+    if not is_valid_last_frame(frame, file_offset, checksum):
+        result.issues.append(
+            VerifyIssue(
+                frame_position,
+                IssueKind.TORN_LAST_FRAME,
+                f"last fragment of {frame_length} bytes straddles a page boundary and looks incompletely written",
+            )
+        )
+
+
+def _fix(
+    directory: str,
+    d: RecordingDescriptor,
+    result: VerifyResult,
+    catalog: Catalog | None,
+    clock_ms: Callable[[], int],
+) -> None:
+    if any(i.kind is IssueKind.INVALID_POSITIONS for i in result.issues):
+        return
+    active = d.stop_position == NULL_POSITION
+    cut = result.first_issue_position
+    if cut is None:
+        if not active:
+            return
+        new_stop = max(result.end_position, d.start_position)  # close off a crashed recording, as recovery does
+    else:
+        new_stop = max(cut, d.start_position)
+        _cut_segments(directory, d, new_stop, result)
+
+    if catalog is not None:
+        if active:
+            catalog.recording_stopped(d.recording_id, new_stop, clock_ms())
+        elif new_stop != d.stop_position:
+            catalog.update_stop_position(d.recording_id, new_stop)
+    result.fixed = True
+    result.new_stop_position = new_stop
+    log.warning("recording %d fixed: stopPosition %d -> %d", d.recording_id, d.stop_position, new_stop)
+
+
+def _cut_segments(directory: str, d: RecordingDescriptor, position: int, result: VerifyResult) -> None:
+    term_length, segment_length = d.term_buffer_length, d.segment_file_length
+    base = segment_file_base_position(d.start_position, position, term_length, segment_length)
+    offset = position - base
+    for segment in segment_files(directory, d.recording_id):
+        if segment.base_position > base or (segment.base_position == base and offset == 0):
+            os.remove(segment.path)
+            result.deleted_files.append(segment.name)
+        elif segment.base_position == base:
+            erase_segment_tail(segment.path, offset, segment_length)
+            result.truncated_file = segment.name
+    if result.deleted_files:
+        log.warning("recording %d: deleted segment files %s", d.recording_id, ", ".join(result.deleted_files))
