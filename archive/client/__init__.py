@@ -1,0 +1,10 @@
+"""The archive client: `AeronArchive` and the pieces it is built from."""
+
+from archive.client.aeron_archive import (
+    AeronArchive,
+    RecordingSignalEvent,
+    RecordingSubscriptionDescriptor,
+    default_aeron_dir,
+)
+
+__all__ = ["AeronArchive", "RecordingSignalEvent", "RecordingSubscriptionDescriptor", "default_aeron_dir"]

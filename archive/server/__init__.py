@@ -1,0 +1,1 @@
+"""The archive server: `Archive.launch(ArchiveContext(...))`."""

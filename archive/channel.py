@@ -1,0 +1,128 @@
+"""Aeron channel URIs: parse, build, and the archive's stripping rules.
+
+The archive stores a *stripped* channel in the catalog, keys its recording subscriptions on a canonical subset
+of parameters, and builds replay / response / extend channels by adding position parameters. These rules
+follow `io.aeron.ChannelUri` and `ArchiveConductor.strippedChannelBuilder`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+AERON_SCHEME = "aeron"
+SPY_PREFIX = "aeron-spy:"
+IPC_MEDIA = "ipc"
+UDP_MEDIA = "udp"
+
+# Parameters kept by ArchiveConductor.strippedChannelBuilder (facts sheet §5.2).
+_STRIPPED_PARAMS = (
+    "endpoint", "interface", "control", "control-mode", "tags", "rejoin", "group", "tether", "fc", "gtag", "cc",
+    "so-rcvbuf", "so-sndbuf", "rcv-wnd", "media-rcv-ts-offset", "channel-rcv-ts-offset", "channel-snd-ts-offset",
+    "session-id", "alias", "response-correlation-id", "response-endpoint", "ttl", "stream-id",
+)
+# Parameters that identify a recording subscription (facts sheet §6.1).
+_KEY_PARAMS = ("endpoint", "interface", "control", "session-id", "tags")
+
+
+class ChannelError(ValueError):
+    """A channel URI that cannot be parsed."""
+
+
+@dataclass
+class ChannelUri:
+    media: str
+    params: dict[str, str] = field(default_factory=dict)
+    prefix: str = ""
+
+    @classmethod
+    def parse(cls, uri: str) -> ChannelUri:
+        if not isinstance(uri, str) or not uri:
+            raise ChannelError(f"invalid channel URI: {uri!r}")
+        text = uri
+        prefix = ""
+        if text.startswith(SPY_PREFIX):
+            prefix, text = SPY_PREFIX, text[len(SPY_PREFIX):]
+        if not text.startswith(AERON_SCHEME + ":"):
+            raise ChannelError(f"channel URI must start with 'aeron:': {uri!r}")
+        rest = text[len(AERON_SCHEME) + 1:]
+        media, _, query = rest.partition("?")
+        if media not in (IPC_MEDIA, UDP_MEDIA):
+            raise ChannelError(f"unknown media '{media}' in channel URI: {uri!r}")
+        params: dict[str, str] = {}
+        if query:
+            for item in query.split("|"):
+                if not item:
+                    continue
+                key, sep, value = item.partition("=")
+                if not sep or not key:
+                    raise ChannelError(f"malformed parameter '{item}' in channel URI: {uri!r}")
+                params[key] = value
+        return cls(media=media, params=params, prefix=prefix)
+
+    def __str__(self) -> str:
+        base = f"{self.prefix}{AERON_SCHEME}:{self.media}"
+        if not self.params:
+            return base
+        return base + "?" + "|".join(f"{k}={v}" for k, v in self.params.items())
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.params.get(key, default)
+
+    def with_params(self, **params: object) -> ChannelUri:
+        """A copy with parameters set (underscores in keyword names become dashes); None removes a parameter."""
+        new = dict(self.params)
+        for key, value in params.items():
+            name = key.replace("_", "-")
+            if value is None:
+                new.pop(name, None)
+            else:
+                new[name] = str(value).lower() if isinstance(value, bool) else str(value)
+        return ChannelUri(self.media, new, self.prefix)
+
+    @property
+    def is_udp(self) -> bool:
+        return self.media == UDP_MEDIA
+
+    @property
+    def is_ipc(self) -> bool:
+        return self.media == IPC_MEDIA
+
+
+def strip_channel(channel: str) -> str:
+    """The channel stored in the catalog: the URI without per-publication tuning parameters."""
+    uri = ChannelUri.parse(channel)
+    kept = {k: v for k, v in uri.params.items() if k in _STRIPPED_PARAMS}
+    return str(ChannelUri(uri.media, kept))
+
+
+def recording_subscription_key(channel: str, stream_id: int) -> str:
+    """Key under which the archive refuses a second recording subscription of the same stream."""
+    uri = ChannelUri.parse(channel)
+    parts = [f"{k}={uri.params[k]}" for k in _KEY_PARAMS if k in uri.params]
+    return f"{stream_id}:{uri.media}" + ("?" + "|".join(parts) if parts else "")
+
+
+def spy_channel(channel: str) -> str:
+    return channel if channel.startswith(SPY_PREFIX) else SPY_PREFIX + channel
+
+
+def initial_position_params(position: int, initial_term_id: int, term_length: int) -> dict[str, int]:
+    """`ChannelUriStringBuilder.initialPosition`: the parameters that make a publication start at `position`."""
+    if position < 0 or position & 31:
+        raise ChannelError(f"position must be a non-negative multiple of 32: {position}")
+    shift = term_length.bit_length() - 1
+    if term_length <= 0 or term_length & (term_length - 1):
+        raise ChannelError(f"term length must be a power of two: {term_length}")
+    term_id = ((position >> shift) + initial_term_id) & 0xFFFFFFFF
+    if term_id >= 1 << 31:
+        term_id -= 1 << 32
+    return {
+        "init-term-id": initial_term_id,
+        "term-id": term_id,
+        "term-offset": position & (term_length - 1),
+        "term-length": term_length,
+    }
+
+
+def add_session_id(channel: str, session_id: int) -> str:
+    return str(ChannelUri.parse(channel).with_params(session_id=session_id))

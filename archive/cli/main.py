@@ -1,0 +1,188 @@
+"""`aeron-archive`: the standalone archive server and offline tools for operators."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+from archive import constants as c
+
+log = logging.getLogger("archive.cli")
+
+
+def _size(text: str) -> int:
+    """Sizes like 128m, 64k, 1g, or plain bytes."""
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    text = text.strip().lower()
+    try:
+        if text and text[-1] in units:
+            return int(text[:-1]) * units[text[-1]]
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 65536, 64k, 128m, 1g)") from None
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from archive.server.archive import Archive
+    from archive.server.context import ArchiveContext
+
+    ctx = ArchiveContext(
+        archive_dir=args.dir, aeron_dir=args.aeron_dir,
+        control_channel=None if args.control_channel == "none" else args.control_channel,
+        control_stream_id=args.control_stream_id, local_control_channel=args.local_control_channel,
+        local_control_stream_id=args.local_control_stream_id,
+        recording_events_enabled=args.recording_events, recording_events_channel=args.recording_events_channel,
+        recording_events_stream_id=args.recording_events_stream_id, segment_file_length=args.segment_length,
+        file_io_max_length=args.file_io_max_length, file_sync_level=args.file_sync_level,
+        catalog_file_sync_level=max(args.catalog_file_sync_level, args.file_sync_level),
+        record_checksum=args.record_checksum, replay_checksum=args.replay_checksum, archive_id=args.archive_id,
+        max_concurrent_recordings=args.max_recordings, max_concurrent_replays=args.max_replays,
+        low_storage_space_threshold=args.low_storage_threshold)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    archive = Archive.launch(ctx)
+    try:
+        ready = {
+            "aeronDir": archive.aeron_dir, "archiveDir": ctx.archive_dir, "controlChannel": ctx.control_channel,
+            "controlStreamId": ctx.control_stream_id, "localControlChannel": ctx.local_control_channel,
+            "localControlStreamId": ctx.local_control_stream_id, "archiveId": archive.archive_id,
+        }
+        print(json.dumps(ready), flush=True)
+        while not stop.wait(0.2):
+            pass
+        log.info("shutting down")
+    finally:
+        archive.close()
+    return 0
+
+
+def _open_catalog(archive_dir: str):
+    from archive.storage.catalog import Catalog
+    if not os.path.isfile(os.path.join(archive_dir, c.CATALOG_FILE_NAME)):
+        raise SystemExit(f"aeron-archive: no {c.CATALOG_FILE_NAME} in {archive_dir}")
+    return Catalog(archive_dir, writable=False)
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    catalog = _open_catalog(args.dir)
+    try:
+        descriptors = list(catalog.descriptors())
+    finally:
+        catalog.close()
+    if args.json:
+        print(json.dumps([d.to_json_dict() for d in descriptors], indent=2))
+        return 0
+    header = f"{'id':>6} {'startPosition':>14} {'stopPosition':>14} {'bytes':>14} {'sessionId':>11} " \
+             f"{'streamId':>8}  channel"
+    print(header)
+    for d in descriptors:
+        stop = "active" if d.stop_position == c.NULL_POSITION else str(d.stop_position)
+        size = "" if d.stop_position == c.NULL_POSITION else str(d.stop_position - d.start_position)
+        print(f"{d.recording_id:>6} {d.start_position:>14} {stop:>14} {size:>14} {d.session_id:>11} "
+              f"{d.stream_id:>8}  {d.original_channel}")
+    return 0
+
+
+def _cmd_describe(args: argparse.Namespace) -> int:
+    from archive.storage import segments
+    catalog = _open_catalog(args.dir)
+    try:
+        descriptor = catalog.find(args.recording_id)
+    finally:
+        catalog.close()
+    if descriptor is None:
+        raise SystemExit(f"aeron-archive: unknown recording id: {args.recording_id} in {args.dir}")
+    info = descriptor.to_json_dict()
+    info["segmentFiles"] = [
+        {"name": name, "size": os.path.getsize(os.path.join(args.dir, name))}
+        for name in segments.list_segment_files(args.dir, args.recording_id)
+    ]
+    print(json.dumps(info, indent=2))
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from archive.storage.checksums import checksum_for_name
+    from archive.storage.verify import verify_archive
+    checksum = checksum_for_name(args.checksum) if args.checksum else None
+    results = verify_archive(args.dir, fix=args.fix, checksum=checksum)
+    failed = 0
+    for result in results:
+        print(result.summary())
+        if not result.ok:
+            failed += 1
+    print(f"verified {len(results)} recording(s): {len(results) - failed} ok, {failed} with problems"
+          + (" (fixed)" if args.fix and failed else ""))
+    return 0 if failed == 0 or args.fix else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="aeron-archive", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run an archive (embedded media driver unless --aeron-dir)")
+    serve.add_argument("--dir", required=True, help="archive directory (catalog and segment files)")
+    serve.add_argument("--aeron-dir", help="use the media driver running in this directory instead of embedding one")
+    serve.add_argument("--control-channel", default=c.CONTROL_CHANNEL_DEFAULT,
+                       help="UDP control request channel ('none' to disable)")
+    serve.add_argument("--control-stream-id", type=int, default=c.CONTROL_STREAM_ID_DEFAULT)
+    serve.add_argument("--local-control-channel", default=c.LOCAL_CONTROL_CHANNEL_DEFAULT)
+    serve.add_argument("--local-control-stream-id", type=int, default=c.LOCAL_CONTROL_STREAM_ID_DEFAULT)
+    serve.add_argument("--recording-events", action="store_true", help="publish recording events")
+    serve.add_argument("--recording-events-channel", default=c.RECORDING_EVENTS_CHANNEL_DEFAULT)
+    serve.add_argument("--recording-events-stream-id", type=int, default=c.RECORDING_EVENTS_STREAM_ID_DEFAULT)
+    serve.add_argument("--segment-length", type=_size, default=c.SEGMENT_FILE_LENGTH_DEFAULT)
+    serve.add_argument("--file-io-max-length", type=_size, default=c.FILE_IO_MAX_LENGTH_DEFAULT)
+    serve.add_argument("--file-sync-level", type=int, choices=(0, 1, 2), default=0)
+    serve.add_argument("--catalog-file-sync-level", type=int, choices=(0, 1, 2), default=0)
+    serve.add_argument("--record-checksum", help="CRC-32 or CRC-32C: checksum every recorded frame")
+    serve.add_argument("--replay-checksum", help="CRC-32 or CRC-32C: verify frames on replay")
+    serve.add_argument("--archive-id", type=int)
+    serve.add_argument("--max-recordings", type=int, default=c.MAX_CONCURRENT_RECORDINGS_DEFAULT)
+    serve.add_argument("--max-replays", type=int, default=c.MAX_CONCURRENT_REPLAYS_DEFAULT)
+    serve.add_argument("--low-storage-threshold", type=_size, default=c.LOW_STORAGE_SPACE_THRESHOLD_DEFAULT)
+    serve.set_defaults(func=_cmd_serve)
+
+    lst = sub.add_parser("list", help="list recordings from the catalog (offline)")
+    lst.add_argument("--dir", required=True)
+    lst.add_argument("--json", action="store_true", help="an array of descriptors keyed by Aeron's field names")
+    lst.set_defaults(func=_cmd_list)
+
+    describe = sub.add_parser("describe", help="one recording's descriptor and segment files (offline)")
+    describe.add_argument("--dir", required=True)
+    describe.add_argument("recording_id", type=int)
+    describe.set_defaults(func=_cmd_describe)
+
+    verify = sub.add_parser("verify", help="check every recording's frames (offline); --fix truncates torn ends")
+    verify.add_argument("--dir", required=True)
+    verify.add_argument("--fix", action="store_true")
+    verify.add_argument("--checksum", help="CRC-32 or CRC-32C, if the archive recorded checksums")
+    verify.set_defaults(func=_cmd_verify)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    level = logging.WARNING - 10 * args.verbose
+    if args.command == "serve":
+        level = min(level, logging.INFO)
+    logging.basicConfig(level=max(level, logging.DEBUG), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from archive.exceptions import ArchiveError
+    try:
+        return args.func(args)
+    except (ValueError, ArchiveError) as ex:
+        print(f"aeron-archive: {ex}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,504 @@
+"""The archive client, mirroring Java's `AeronArchive` in snake_case.
+
+Every synchronous call sends one request with a fresh correlation id and polls the response stream until the
+matching ControlResponse (or descriptors) arrive, within the message timeout. Recording signals that arrive
+meanwhile go to `recording_signal_consumer`; an ERROR raises `ArchiveError` with Aeron's error code.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from archive.channel import ChannelUri, add_session_id, initial_position_params
+from archive.client.archive_proxy import ArchiveProxy
+from archive.codecs import CodecError, load_archive_codec
+from archive.codecs import templates as t
+from archive.constants import (
+    CONTROL_CHANNEL_DEFAULT,
+    CONTROL_RESPONSE_CHANNEL_DEFAULT,
+    CONTROL_RESPONSE_STREAM_ID_DEFAULT,
+    CONTROL_STREAM_ID_DEFAULT,
+    MESSAGE_TIMEOUT_NS_DEFAULT,
+    NULL_COUNTER_ID,
+    NULL_POSITION,
+    PROTOCOL_SEMANTIC_VERSION,
+    REPLAY_ALL_AND_FOLLOW,
+    ControlResponseCode,
+    RecordingSignal,
+    SourceLocation,
+)
+from archive.descriptor import RecordingDescriptor
+from archive.exceptions import ArchiveError, ArchiveTimeoutError, ErrorCode
+from archive.native import AeronClient, ExclusivePublication, Publication, Subscription
+
+log = logging.getLogger(__name__)
+
+FRAGMENT_LIMIT = 10
+CLIENT_VERSION_TEXT = "0.1.0"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordingSignalEvent:
+    control_session_id: int
+    correlation_id: int
+    recording_id: int
+    subscription_id: int
+    position: int
+    signal: RecordingSignal
+
+
+@dataclass(frozen=True, slots=True)
+class RecordingSubscriptionDescriptor:
+    control_session_id: int
+    correlation_id: int
+    subscription_id: int
+    stream_id: int
+    stripped_channel: str
+
+
+def default_aeron_dir() -> str:
+    """Where a media driver runs by default: $AERON_DIR, else Aeron's default directory for this user."""
+    env = os.environ.get("AERON_DIR")
+    if env:
+        return env
+    import pyaeron
+    return pyaeron.default_path()
+
+
+class AeronArchive:
+    """A connected archive client. Create with `AeronArchive.connect(...)`; also a context manager."""
+
+    def __init__(self, aeron: AeronClient, owns_aeron: bool, proxy: ArchiveProxy, subscription: Subscription,
+                 control_session_id: int, message_timeout_ns: int,
+                 recording_signal_consumer: Callable[[RecordingSignalEvent], None] | None) -> None:
+        self.aeron = aeron
+        self._owns_aeron = owns_aeron
+        self._proxy = proxy
+        self._subscription = subscription
+        self.control_session_id = control_session_id
+        self._timeout_ns = message_timeout_ns
+        self.recording_signal_consumer = recording_signal_consumer
+        self._codec = load_archive_codec()
+        self._lock = threading.RLock()
+        self._archive_id = NULL_POSITION
+        self._closed = False
+        # Reassembled messages not yet consumed by the current request (e.g. signals while listing).
+        self._inbox: list[Any] = []
+
+    # -- connect / close -----------------------------------------------------------------------------------
+    @classmethod
+    def connect(cls, aeron_dir: str | None = None, control_request_channel: str = CONTROL_CHANNEL_DEFAULT,
+                control_request_stream_id: int = CONTROL_STREAM_ID_DEFAULT,
+                control_response_channel: str = CONTROL_RESPONSE_CHANNEL_DEFAULT,
+                control_response_stream_id: int = CONTROL_RESPONSE_STREAM_ID_DEFAULT, *,
+                aeron: AeronClient | None = None, message_timeout_s: float = MESSAGE_TIMEOUT_NS_DEFAULT / 1e9,
+                client_name: str = "aeron-archive-py-client", credentials: bytes = b"",
+                on_challenge: Callable[[bytes], bytes] | None = None,
+                recording_signal_consumer: Callable[[RecordingSignalEvent], None] | None = None,
+                ) -> AeronArchive:
+        """Connect to an archive: AuthConnectRequest handshake, then ArchiveIdRequest (as the Java client).
+
+        `aeron_dir` names the media driver to use (default: $AERON_DIR or Aeron's default); pass `aeron` to
+        share an existing client instead.
+        """
+        timeout_ns = int(message_timeout_s * 1e9)
+        owns = aeron is None
+        client = aeron if aeron is not None else AeronClient(aeron_dir or default_aeron_dir(), client_name=client_name)
+        publication: ExclusivePublication | None = None
+        subscription: Subscription | None = None
+        try:
+            publication = client.add_exclusive_publication(control_request_channel, control_request_stream_id)
+            response_channel = add_session_id(control_response_channel, publication.session_id)
+            subscription = client.add_subscription(response_channel, control_response_stream_id)
+            uri = ChannelUri.parse(response_channel)
+            if uri.is_udp and (uri.get("endpoint") or "").endswith(":0"):
+                resolved = subscription.try_resolve_channel_endpoint_port(timeout_s=message_timeout_s)
+                if resolved is None:
+                    raise ArchiveError(f"could not resolve the response channel port of {response_channel}")
+                response_channel = resolved
+            deadline = time.monotonic_ns() + timeout_ns
+            while not publication.is_connected:
+                if time.monotonic_ns() > deadline:
+                    raise ArchiveTimeoutError(
+                        f"no archive on control channel {control_request_channel} stream "
+                        f"{control_request_stream_id} (aeron dir {client.aeron_dir}): request publication not "
+                        f"connected within {message_timeout_s:.1f}s")
+                time.sleep(0.001)
+            proxy = ArchiveProxy(publication, message_timeout_ns=timeout_ns)
+            archive = cls(client, owns, proxy, subscription, NULL_POSITION, timeout_ns, recording_signal_consumer)
+            correlation_id = client.next_correlation_id()
+            info = f"name={client_name} version={CLIENT_VERSION_TEXT} commit=python"
+            proxy.send("AuthConnectRequest", correlation_id=correlation_id,
+                       response_stream_id=control_response_stream_id, version=PROTOCOL_SEMANTIC_VERSION,
+                       response_channel=response_channel, encoded_credentials=credentials, client_info=info)
+            archive.control_session_id = archive._await_connect(correlation_id, on_challenge)
+            archive._archive_id = archive._request_ok("ArchiveIdRequest")
+            return archive
+        except BaseException:
+            if subscription is not None:
+                subscription.close()
+            if publication is not None:
+                publication.close()
+            if owns:
+                client.close()
+            raise
+
+    def _await_connect(self, correlation_id: int, on_challenge: Callable[[bytes], bytes] | None) -> int:
+        deadline = time.monotonic_ns() + self._timeout_ns
+        while True:
+            for msg in self._poll_messages():
+                if msg.template_id == t.CONTROL_RESPONSE and msg.correlation_id == correlation_id:
+                    if msg.code == ControlResponseCode.OK:
+                        return msg.relevant_id
+                    raise ArchiveError(f"connect failed: {msg.error_message}", msg.relevant_id, correlation_id)
+                if msg.template_id == t.CHALLENGE and msg.correlation_id == correlation_id:
+                    if on_challenge is None:
+                        raise ArchiveError("archive sent an authentication challenge but no on_challenge handler "
+                                           "was given", ErrorCode.AUTHENTICATION_REJECTED, correlation_id)
+                    self._proxy.send("ChallengeResponse", control_session_id=msg.control_session_id,
+                                     correlation_id=correlation_id,
+                                     encoded_credentials=on_challenge(bytes(msg.encoded_challenge)))
+            if time.monotonic_ns() > deadline:
+                raise ArchiveTimeoutError("no connect response from the archive within the message timeout",
+                                          ErrorCode.GENERIC, correlation_id)
+            time.sleep(0.0002)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self._proxy.send("CloseSessionRequest", control_session_id=self.control_session_id)
+            except ArchiveError as ex:
+                log.debug("close session request not sent: %s", ex)
+            self._subscription.close()
+            self._proxy.publication.close()
+            if self._owns_aeron:
+                self.aeron.close()
+
+    def __enter__(self) -> AeronArchive:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- polling -------------------------------------------------------------------------------------------
+    def _poll_messages(self) -> list[Any]:
+        """Drain what arrived; signals go to the consumer, everything else is returned in order."""
+        received: list[Any] = []
+
+        def on_fragment(data: memoryview, header: Any) -> None:
+            try:
+                received.append(self._codec.decode(data))
+            except CodecError as ex:
+                log.warning("undecodable message on the control response stream: %s", ex)
+
+        self._subscription.poll(on_fragment, FRAGMENT_LIMIT)
+        out = []
+        for msg in self._inbox + received:
+            if msg.template_id == t.RECORDING_SIGNAL_EVENT:
+                self._dispatch_signal(msg)
+            elif msg.template_id != t.PING:
+                out.append(msg)
+        self._inbox = []
+        return out
+
+    def _dispatch_signal(self, msg: Any) -> None:
+        event = RecordingSignalEvent(msg.control_session_id, msg.correlation_id, msg.recording_id,
+                                     msg.subscription_id, msg.position, RecordingSignal(msg.signal))
+        if self.recording_signal_consumer is not None:
+            self.recording_signal_consumer(event)
+        else:
+            log.debug("recording signal %s", event)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ArchiveError("client is closed")
+        if not self._subscription.is_connected:
+            raise ArchiveError("archive is disconnected: control response stream has no connected image")
+
+    def _request(self, message_name: str, **fields: Any) -> int:
+        """Send a request and return its correlation id (caller holds the lock)."""
+        self._check_open()
+        correlation_id = self.aeron.next_correlation_id()
+        self._proxy.send(message_name, control_session_id=self.control_session_id, correlation_id=correlation_id,
+                         **fields)
+        return correlation_id
+
+    def _await_response(self, correlation_id: int, what: str) -> Any:
+        deadline = time.monotonic_ns() + self._timeout_ns
+        while True:
+            messages = self._poll_messages()
+            for i, msg in enumerate(messages):
+                if msg.template_id == t.CONTROL_RESPONSE and msg.correlation_id == correlation_id \
+                        and msg.control_session_id == self.control_session_id:
+                    self._inbox = messages[i + 1:] + self._inbox
+                    if msg.code == ControlResponseCode.ERROR:
+                        raise ArchiveError(msg.error_message, msg.relevant_id, correlation_id)
+                    return msg
+            if time.monotonic_ns() > deadline:
+                raise ArchiveTimeoutError(f"no response to {what} within the message timeout", ErrorCode.GENERIC,
+                                          correlation_id)
+            if not messages:
+                time.sleep(0.0001)
+
+    def _request_ok(self, message_name: str, **fields: Any) -> int:
+        with self._lock:
+            correlation_id = self._request(message_name, **fields)
+            return self._await_response(correlation_id, message_name).relevant_id
+
+    # -- recording -----------------------------------------------------------------------------------------
+    def start_recording(self, channel: str, stream_id: int, source_location: SourceLocation = SourceLocation.LOCAL,
+                        auto_stop: bool = False) -> int:
+        """Start recording every image of (channel, stream_id); returns the archive's subscription id."""
+        if auto_stop:
+            return self._request_ok("StartRecordingRequest2", stream_id=stream_id,
+                                    source_location=int(source_location), auto_stop=1, channel=channel)
+        return self._request_ok("StartRecordingRequest", stream_id=stream_id, source_location=int(source_location),
+                                channel=channel)
+
+    def extend_recording(self, recording_id: int, channel: str, stream_id: int,
+                         source_location: SourceLocation = SourceLocation.LOCAL, auto_stop: bool = False) -> int:
+        """Extend a stopped recording; the publisher must start at its stop position (see `extend_channel`)."""
+        if auto_stop:
+            return self._request_ok("ExtendRecordingRequest2", recording_id=recording_id, stream_id=stream_id,
+                                    source_location=int(source_location), auto_stop=1, channel=channel)
+        return self._request_ok("ExtendRecordingRequest", recording_id=recording_id, stream_id=stream_id,
+                                source_location=int(source_location), channel=channel)
+
+    def stop_recording(self, channel: str, stream_id: int) -> None:
+        self._request_ok("StopRecordingRequest", stream_id=stream_id, channel=channel)
+
+    def try_stop_recording(self, channel: str, stream_id: int) -> bool:
+        try:
+            self.stop_recording(channel, stream_id)
+            return True
+        except ArchiveError as ex:
+            if ex.error_code == ErrorCode.UNKNOWN_SUBSCRIPTION:
+                return False
+            raise
+
+    def stop_recording_subscription(self, subscription_id: int) -> None:
+        self._request_ok("StopRecordingSubscriptionRequest", subscription_id=subscription_id)
+
+    def try_stop_recording_subscription(self, subscription_id: int) -> bool:
+        try:
+            self.stop_recording_subscription(subscription_id)
+            return True
+        except ArchiveError as ex:
+            if ex.error_code == ErrorCode.UNKNOWN_SUBSCRIPTION:
+                return False
+            raise
+
+    def try_stop_recording_by_identity(self, recording_id: int) -> bool:
+        return self._request_ok("StopRecordingByIdentityRequest", recording_id=recording_id) != 0
+
+    def add_recorded_publication(self, channel: str, stream_id: int) -> Publication:
+        publication = self.aeron.add_publication(channel, stream_id)
+        self.start_recording(add_session_id(channel, publication.session_id), stream_id, SourceLocation.LOCAL)
+        return publication
+
+    def add_recorded_exclusive_publication(self, channel: str, stream_id: int) -> ExclusivePublication:
+        publication = self.aeron.add_exclusive_publication(channel, stream_id)
+        self.start_recording(add_session_id(channel, publication.session_id), stream_id, SourceLocation.LOCAL)
+        return publication
+
+    # -- replay --------------------------------------------------------------------------------------------
+    def start_replay(self, recording_id: int, position: int, length: int, replay_channel: str,
+                     replay_stream_id: int, file_io_max_length: int = -1) -> int:
+        """Returns the replaySessionId; its low 32 bits are the replay image's session id."""
+        return self._request_ok("ReplayRequest", recording_id=recording_id, position=position, length=length,
+                                replay_stream_id=replay_stream_id, file_io_max_length=file_io_max_length,
+                                replay_token=-1, replay_channel=replay_channel)
+
+    def start_bounded_replay(self, recording_id: int, position: int, length: int, limit_counter_id: int,
+                             replay_channel: str, replay_stream_id: int, file_io_max_length: int = -1) -> int:
+        return self._request_ok("BoundedReplayRequest", recording_id=recording_id, position=position,
+                                length=length, limit_counter_id=limit_counter_id, replay_stream_id=replay_stream_id,
+                                file_io_max_length=file_io_max_length, replay_token=-1,
+                                replay_channel=replay_channel)
+
+    def replay(self, recording_id: int, replay_channel: str, replay_stream_id: int, position: int = NULL_POSITION,
+               length: int = REPLAY_ALL_AND_FOLLOW, limit_counter_id: int = NULL_COUNTER_ID,
+               file_io_max_length: int = -1) -> Subscription:
+        """Start a replay and return a subscription to exactly that replay (session-id filtered)."""
+        if limit_counter_id != NULL_COUNTER_ID:
+            replay_session_id = self.start_bounded_replay(recording_id, position, length, limit_counter_id,
+                                                          replay_channel, replay_stream_id, file_io_max_length)
+        else:
+            replay_session_id = self.start_replay(recording_id, position, length, replay_channel, replay_stream_id,
+                                                  file_io_max_length)
+        session_id = replay_session_id & 0xFFFFFFFF
+        if session_id >= 1 << 31:
+            session_id -= 1 << 32
+        return self.aeron.add_subscription(add_session_id(replay_channel, session_id), replay_stream_id)
+
+    def stop_replay(self, replay_session_id: int) -> None:
+        self._request_ok("StopReplayRequest", replay_session_id=replay_session_id)
+
+    def stop_all_replays(self, recording_id: int = NULL_POSITION) -> None:
+        self._request_ok("StopAllReplaysRequest", recording_id=recording_id)
+
+    # -- queries -------------------------------------------------------------------------------------------
+    def _collect_descriptors(self, message_name: str, count: int,
+                             consumer: Callable[[RecordingDescriptor], None] | None, **fields: Any
+                             ) -> list[RecordingDescriptor]:
+        with self._lock:
+            correlation_id = self._request(message_name, **fields)
+            out: list[RecordingDescriptor] = []
+            deadline = time.monotonic_ns() + self._timeout_ns
+            while True:
+                messages = self._poll_messages()
+                for i, msg in enumerate(messages):
+                    if getattr(msg, "correlation_id", None) != correlation_id:
+                        continue
+                    if msg.template_id == t.RECORDING_DESCRIPTOR:
+                        descriptor = descriptor_from_message(msg)
+                        out.append(descriptor)
+                        if consumer is not None:
+                            consumer(descriptor)
+                        deadline = time.monotonic_ns() + self._timeout_ns
+                        if len(out) >= count:
+                            self._inbox = messages[i + 1:] + self._inbox
+                            return out
+                    elif msg.template_id == t.CONTROL_RESPONSE:
+                        if msg.code == ControlResponseCode.RECORDING_UNKNOWN:
+                            self._inbox = messages[i + 1:] + self._inbox
+                            return out
+                        if msg.code == ControlResponseCode.ERROR:
+                            raise ArchiveError(msg.error_message, msg.relevant_id, correlation_id)
+                if time.monotonic_ns() > deadline:
+                    raise ArchiveTimeoutError(f"no response to {message_name} within the message timeout",
+                                              ErrorCode.GENERIC, correlation_id)
+                if not messages:
+                    time.sleep(0.0001)
+
+    def list_recordings(self, from_recording_id: int = 0, record_count: int = 2**31 - 1,
+                        consumer: Callable[[RecordingDescriptor], None] | None = None) -> list[RecordingDescriptor]:
+        return self._collect_descriptors("ListRecordingsRequest", record_count, consumer,
+                                         from_recording_id=from_recording_id, record_count=record_count)
+
+    def list_recordings_for_uri(self, from_recording_id: int, record_count: int, channel_fragment: str,
+                                stream_id: int, consumer: Callable[[RecordingDescriptor], None] | None = None
+                                ) -> list[RecordingDescriptor]:
+        return self._collect_descriptors("ListRecordingsForUriRequest", record_count, consumer,
+                                         from_recording_id=from_recording_id, record_count=record_count,
+                                         stream_id=stream_id, channel=channel_fragment)
+
+    def list_recording(self, recording_id: int) -> RecordingDescriptor | None:
+        found = self._collect_descriptors("ListRecordingRequest", 1, None, recording_id=recording_id)
+        return found[0] if found else None
+
+    def list_recording_subscriptions(self, pseudo_index: int, subscription_count: int, channel_fragment: str,
+                                     stream_id: int, apply_stream_id: bool) -> list[RecordingSubscriptionDescriptor]:
+        with self._lock:
+            correlation_id = self._request("ListRecordingSubscriptionsRequest", pseudo_index=pseudo_index,
+                                           subscription_count=subscription_count,
+                                           apply_stream_id=1 if apply_stream_id else 0, stream_id=stream_id,
+                                           channel=channel_fragment)
+            out: list[RecordingSubscriptionDescriptor] = []
+            deadline = time.monotonic_ns() + self._timeout_ns
+            while len(out) < subscription_count:
+                messages = self._poll_messages()
+                for msg in messages:
+                    if getattr(msg, "correlation_id", None) != correlation_id:
+                        continue
+                    if msg.template_id == t.RECORDING_SUBSCRIPTION_DESCRIPTOR:
+                        out.append(RecordingSubscriptionDescriptor(msg.control_session_id, msg.correlation_id,
+                                                                   msg.subscription_id, msg.stream_id,
+                                                                   msg.stripped_channel))
+                    elif msg.template_id == t.CONTROL_RESPONSE:
+                        if msg.code == ControlResponseCode.ERROR:
+                            raise ArchiveError(msg.error_message, msg.relevant_id, correlation_id)
+                        return out
+                if time.monotonic_ns() > deadline:
+                    raise ArchiveTimeoutError("no response to ListRecordingSubscriptionsRequest", ErrorCode.GENERIC,
+                                              correlation_id)
+                if not messages:
+                    time.sleep(0.0001)
+            return out
+
+    def get_start_position(self, recording_id: int) -> int:
+        return self._request_ok("StartPositionRequest", recording_id=recording_id)
+
+    def get_stop_position(self, recording_id: int) -> int:
+        """-1 while the recording is active."""
+        return self._request_ok("StopPositionRequest", recording_id=recording_id)
+
+    def get_recording_position(self, recording_id: int) -> int:
+        """The live position of an active recording, or -1 if it is not active."""
+        return self._request_ok("RecordingPositionRequest", recording_id=recording_id)
+
+    def get_max_recorded_position(self, recording_id: int) -> int:
+        return self._request_ok("MaxRecordedPositionRequest", recording_id=recording_id)
+
+    def find_last_matching_recording(self, min_recording_id: int, channel_fragment: str, stream_id: int,
+                                     session_id: int) -> int:
+        return self._request_ok("FindLastMatchingRecordingRequest", min_recording_id=min_recording_id,
+                                session_id=session_id, stream_id=stream_id, channel=channel_fragment)
+
+    def truncate_recording(self, recording_id: int, position: int) -> int:
+        """Returns the number of segment files queued for deletion; a DELETE signal follows."""
+        return self._request_ok("TruncateRecordingRequest", recording_id=recording_id, position=position)
+
+    def purge_recording(self, recording_id: int) -> int:
+        return self._request_ok("PurgeRecordingRequest", recording_id=recording_id)
+
+    def archive_id(self) -> int:
+        return self._archive_id
+
+    def poll_for_recording_signals(self) -> int:
+        """Poll the response stream once; returns how many recording signals were dispatched."""
+        with self._lock:
+            self._check_open()
+            count = 0
+            consumer = self.recording_signal_consumer
+
+            def counting(event: RecordingSignalEvent) -> None:
+                nonlocal count
+                count += 1
+                if consumer is not None:
+                    consumer(event)
+
+            self.recording_signal_consumer = counting
+            try:
+                for msg in self._poll_messages():
+                    if msg.template_id == t.CONTROL_RESPONSE and msg.code == ControlResponseCode.ERROR \
+                            and msg.control_session_id == self.control_session_id:
+                        raise ArchiveError(msg.error_message, msg.relevant_id, msg.correlation_id)
+            finally:
+                self.recording_signal_consumer = consumer
+            return count
+
+    # -- helpers -------------------------------------------------------------------------------------------
+    @staticmethod
+    def extend_channel(channel: str, descriptor: RecordingDescriptor, same_session_id: bool = False) -> str:
+        """The publication channel that makes a new image pass the archive's extend checks.
+
+        The archive checks join position, initial term id, term length and MTU. Reusing the old session id is
+        optional: the driver refuses it while the previous publication with that id still lingers.
+        """
+        params: dict[str, int] = initial_position_params(descriptor.stop_position, descriptor.initial_term_id,
+                                                         descriptor.term_buffer_length)
+        params["mtu"] = descriptor.mtu_length
+        if same_session_id:
+            params["session-id"] = descriptor.session_id
+        return str(ChannelUri.parse(channel).with_params(**{k.replace("-", "_"): v for k, v in params.items()}))
+
+
+def descriptor_from_message(msg: Any) -> RecordingDescriptor:
+    return RecordingDescriptor(
+        control_session_id=msg.control_session_id, correlation_id=msg.correlation_id,
+        recording_id=msg.recording_id, start_timestamp=msg.start_timestamp, stop_timestamp=msg.stop_timestamp,
+        start_position=msg.start_position, stop_position=msg.stop_position, initial_term_id=msg.initial_term_id,
+        segment_file_length=msg.segment_file_length, term_buffer_length=msg.term_buffer_length,
+        mtu_length=msg.mtu_length, session_id=msg.session_id, stream_id=msg.stream_id,
+        stripped_channel=msg.stripped_channel, original_channel=msg.original_channel,
+        source_identity=msg.source_identity)

@@ -1,0 +1,154 @@
+"""Agent threads: a duty-cycle loop with a back-off idle strategy, and session workers (recorder, replayer)."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+
+from archive.server.session import Session
+
+log = logging.getLogger(__name__)
+
+
+class BackoffIdleStrategy:
+    """Spin briefly, yield, then sleep up to `max_sleep_s`: Python cannot park for less than ~50 µs anyway."""
+
+    def __init__(self, max_spins: int = 10, max_yields: int = 20, min_sleep_s: float = 0.00005,
+                 max_sleep_s: float = 0.001) -> None:
+        self.max_spins, self.max_yields = max_spins, max_yields
+        self.min_sleep_s, self.max_sleep_s = min_sleep_s, max_sleep_s
+        self._count = 0
+        self._sleep = min_sleep_s
+
+    def idle(self, work_count: int) -> None:
+        if work_count > 0:
+            self._count = 0
+            self._sleep = self.min_sleep_s
+            return
+        self._count += 1
+        if self._count <= self.max_spins:
+            return
+        if self._count <= self.max_spins + self.max_yields:
+            time.sleep(0)
+            return
+        time.sleep(self._sleep)
+        self._sleep = min(self._sleep * 2, self.max_sleep_s)
+
+
+class Agent(ABC):
+    """Runs `do_work` on a dedicated thread until closed; an exception is reported, counted, and survived."""
+
+    def __init__(self, name: str, error_handler: Callable[[BaseException], None],
+                 idle: BackoffIdleStrategy | None = None) -> None:
+        self.name = name
+        self._error_handler = error_handler
+        self._idle = idle or BackoffIdleStrategy()
+        self._running = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.max_cycle_time_ns = 0
+
+    @abstractmethod
+    def do_work(self) -> int:
+        """One duty cycle; return the work done so the idle strategy can back off when there is none."""
+
+    def on_close(self) -> None:
+        """Release what the agent owns; runs on the agent thread after the loop ends."""
+
+    def start(self) -> None:
+        self._running.set()
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        log.debug("%s started", self.name)
+        try:
+            while self._running.is_set():
+                start = time.perf_counter_ns()
+                try:
+                    work = self.do_work()
+                except Exception as ex:  # an agent must survive a failing session
+                    log.exception("%s: error in duty cycle", self.name)
+                    self._error_handler(ex)
+                    work = 1
+                elapsed = time.perf_counter_ns() - start
+                if elapsed > self.max_cycle_time_ns:
+                    self.max_cycle_time_ns = elapsed
+                self._idle.idle(work)
+        finally:
+            try:
+                self.on_close()
+            except Exception as ex:
+                log.exception("%s: error on close", self.name)
+                self._error_handler(ex)
+            log.debug("%s stopped", self.name)
+
+    def close(self, timeout: float = 10.0) -> None:
+        self._running.clear()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.error("%s did not stop within %.1fs", self.name, timeout)
+
+
+class SessionWorker(Agent):
+    """Runs a set of sessions (Aeron's `SessionWorker`): the recorder and the replayer are two of these.
+
+    Sessions are added from the conductor thread through a queue; finished sessions are handed back to the
+    conductor through `on_session_done`, which runs on this worker's thread and must only enqueue.
+    """
+
+    def __init__(self, name: str, error_handler: Callable[[BaseException], None],
+                 on_session_done: Callable[[Session], None]) -> None:
+        super().__init__(name, error_handler)
+        self._sessions: list[Session] = []
+        self._incoming: queue.SimpleQueue[Session] = queue.SimpleQueue()
+        self._on_session_done = on_session_done
+
+    def add_session(self, session: Session) -> None:
+        self._incoming.put(session)
+
+    def do_work(self) -> int:
+        work = 0
+        while True:
+            try:
+                self._sessions.append(self._incoming.get_nowait())
+                work += 1
+            except queue.Empty:
+                break
+        done: list[Session] = []
+        for session in self._sessions:
+            try:
+                work += session.do_work()
+            except Exception as ex:
+                self._error_handler(ex)
+                session.abort(str(ex))
+                work += 1
+            if session.is_done():
+                done.append(session)
+        for session in done:
+            self._sessions.remove(session)
+            self._on_session_done(session)
+        return work
+
+    def on_close(self) -> None:
+        while True:
+            try:
+                self._sessions.append(self._incoming.get_nowait())
+            except queue.Empty:
+                break
+        for session in self._sessions:
+            session.abort("archive closing")
+            for _ in range(100):  # let the state machine reach its terminal state (writer closed, counters set)
+                if session.is_done():
+                    break
+                try:
+                    session.do_work()
+                except Exception as ex:
+                    self._error_handler(ex)
+                    break
+            self._on_session_done(session)
+        self._sessions.clear()

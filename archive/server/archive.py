@@ -1,0 +1,90 @@
+"""The archive process: media driver (embedded or external), Aeron client, catalog and the three agent threads."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+
+from archive.native import AeronClient, EmbeddedMediaDriver
+from archive.server.conductor import ArchiveConductor
+from archive.server.context import ArchiveContext
+from archive.storage.catalog import Catalog
+from archive.storage.checksums import checksum_for_name
+
+log = logging.getLogger(__name__)
+
+
+class Archive:
+    """A running archive. Use `Archive.launch(ctx)`; `close()` stops recordings and syncs the catalog."""
+
+    def __init__(self, ctx: ArchiveContext) -> None:
+        self.ctx = ctx.conclude()
+        self.driver: EmbeddedMediaDriver | None = None
+        self.aeron: AeronClient | None = None
+        self.catalog: Catalog | None = None
+        self.conductor: ArchiveConductor | None = None
+        self._closed = False
+
+    @classmethod
+    def launch(cls, ctx: ArchiveContext) -> Archive:
+        archive = cls(ctx)
+        try:
+            archive._start()
+        except BaseException:
+            archive.close()
+            raise
+        return archive
+
+    def _start(self) -> None:
+        ctx = self.ctx
+        if ctx.delete_archive_on_start and os.path.isdir(ctx.archive_dir):
+            shutil.rmtree(ctx.archive_dir)
+        os.makedirs(ctx.archive_dir, exist_ok=True)
+        # Open (and recover) the catalog first: a torn recording must stop startup before anything listens.
+        self.catalog = Catalog(
+            ctx.archive_dir, writable=True, capacity=ctx.catalog_capacity, file_sync_level=ctx.file_sync_level,
+            catalog_file_sync_level=ctx.catalog_file_sync_level,
+            checksum=checksum_for_name(ctx.record_checksum) if ctx.record_checksum else None)
+        if ctx.aeron_dir is None:
+            self.driver = EmbeddedMediaDriver()
+            aeron_dir = self.driver.aeron_dir
+        else:
+            aeron_dir = ctx.aeron_dir
+        self.aeron = AeronClient(aeron_dir, client_name=ctx.client_name)
+        archive_id = ctx.archive_id if ctx.archive_id is not None else self.aeron.client_id
+        self.conductor = ArchiveConductor(ctx, self.aeron, self.catalog, archive_id)
+        self.conductor.start()
+        log.info("archive %d started: dir=%s aeron=%s control=%s/%d local=%s/%d", archive_id, ctx.archive_dir,
+                 aeron_dir, ctx.control_channel, ctx.control_stream_id, ctx.local_control_channel,
+                 ctx.local_control_stream_id)
+
+    @property
+    def aeron_dir(self) -> str:
+        assert self.aeron is not None
+        return self.aeron.aeron_dir
+
+    @property
+    def archive_id(self) -> int:
+        assert self.conductor is not None
+        return self.conductor.archive_id
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.conductor is not None:
+            self.conductor.close()
+        if self.catalog is not None:
+            self.catalog.close()
+        if self.aeron is not None:
+            self.aeron.close()
+        if self.driver is not None:
+            self.driver.close()
+        log.info("archive closed: %s", self.ctx.archive_dir)
+
+    def __enter__(self) -> Archive:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,83 @@
+"""Archive configuration (Aeron's `Archive.Context`), validated once in `conclude()` before anything starts."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from archive import constants as c
+from archive.channel import ChannelError, ChannelUri
+from archive.server.authenticator import Authenticator
+
+
+def _is_power_of_two(value: int) -> bool:
+    return value > 0 and value & (value - 1) == 0
+
+
+@dataclass
+class ArchiveContext:
+    archive_dir: str
+    aeron_dir: str | None = None  # None: start an embedded media driver
+    control_channel: str | None = c.CONTROL_CHANNEL_DEFAULT  # None disables the UDP control endpoint
+    control_stream_id: int = c.CONTROL_STREAM_ID_DEFAULT
+    local_control_channel: str = c.LOCAL_CONTROL_CHANNEL_DEFAULT
+    local_control_stream_id: int = c.LOCAL_CONTROL_STREAM_ID_DEFAULT
+    recording_events_enabled: bool = False
+    recording_events_channel: str = c.RECORDING_EVENTS_CHANNEL_DEFAULT
+    recording_events_stream_id: int = c.RECORDING_EVENTS_STREAM_ID_DEFAULT
+    segment_file_length: int = c.SEGMENT_FILE_LENGTH_DEFAULT
+    file_io_max_length: int = c.FILE_IO_MAX_LENGTH_DEFAULT
+    file_sync_level: int = 0
+    catalog_file_sync_level: int = 0
+    record_checksum: str | None = None
+    replay_checksum: str | None = None
+    catalog_capacity: int = c.CATALOG_CAPACITY_DEFAULT
+    max_concurrent_recordings: int = c.MAX_CONCURRENT_RECORDINGS_DEFAULT
+    max_concurrent_replays: int = c.MAX_CONCURRENT_REPLAYS_DEFAULT
+    connect_timeout_ns: int = c.CONNECT_TIMEOUT_NS_DEFAULT
+    session_liveness_check_interval_ns: int = c.SESSION_LIVENESS_CHECK_INTERVAL_NS_DEFAULT
+    replay_linger_timeout_ns: int = c.REPLAY_LINGER_TIMEOUT_NS_DEFAULT
+    low_storage_space_threshold: int = c.LOW_STORAGE_SPACE_THRESHOLD_DEFAULT
+    archive_id: int | None = None  # None: the Aeron client id, as in Java
+    authenticator: Authenticator = field(default_factory=Authenticator)
+    client_name: str = "aeron-archive-py"
+    delete_archive_on_start: bool = False
+
+    def conclude(self) -> ArchiveContext:
+        """Validate every setting, naming the bad one, before any thread or file is touched."""
+        if not self.archive_dir:
+            raise ValueError("archive_dir must be set")
+        self.archive_dir = os.path.abspath(self.archive_dir)
+        seg = self.segment_file_length
+        if not _is_power_of_two(seg) or not c.SEGMENT_FILE_LENGTH_MIN <= seg <= c.SEGMENT_FILE_LENGTH_MAX:
+            raise ValueError(f"segment_file_length must be a power of 2 in [64 KiB, 1 GiB]: {seg}")
+        io_max = self.file_io_max_length
+        if not _is_power_of_two(io_max) or io_max < c.FILE_IO_MAX_LENGTH_MIN:
+            raise ValueError(f"file_io_max_length must be a power of 2 and >= 64 KiB: {io_max}")
+        for name in ("file_sync_level", "catalog_file_sync_level"):
+            if getattr(self, name) not in (0, 1, 2):
+                raise ValueError(f"{name} must be 0, 1 or 2: {getattr(self, name)}")
+        if self.catalog_file_sync_level < self.file_sync_level:
+            raise ValueError(f"catalog_file_sync_level ({self.catalog_file_sync_level}) must be >= "
+                             f"file_sync_level ({self.file_sync_level})")
+        for name in ("control_channel", "local_control_channel"):
+            value = getattr(self, name)
+            if value is not None:
+                try:
+                    uri = ChannelUri.parse(value)
+                except ChannelError as ex:
+                    raise ValueError(f"{name}: {ex}") from None
+                if name == "control_channel" and not uri.is_udp:
+                    raise ValueError(f"control_channel must be a UDP channel: {value}")
+        if self.recording_events_enabled:
+            ChannelUri.parse(self.recording_events_channel)
+        if self.max_concurrent_recordings < 1 or self.max_concurrent_replays < 1:
+            raise ValueError("max_concurrent_recordings and max_concurrent_replays must be >= 1")
+        if self.catalog_capacity < 32:
+            raise ValueError(f"catalog_capacity must be >= 32: {self.catalog_capacity}")
+        for name in ("record_checksum", "replay_checksum"):
+            value = getattr(self, name)
+            if value:
+                from archive.storage.checksums import checksum_for_name
+                checksum_for_name(value)  # raises ValueError naming the unknown checksum
+        return self

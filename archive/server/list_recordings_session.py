@@ -1,0 +1,92 @@
+"""Listing sessions: stream descriptors to one control session a few at a time (Aeron's `List*Session`).
+
+A listing scans at most `MAX_SCANS_PER_WORK_CYCLE` catalog entries per duty cycle and pauses while the client's
+responses are queued, so a huge catalog or a slow client never stalls the conductor.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from archive.constants import ControlResponseCode
+
+if TYPE_CHECKING:
+    from archive.descriptor import RecordingDescriptor
+    from archive.server.control_session import ControlSession
+    from archive.storage.catalog import Catalog
+
+log = logging.getLogger(__name__)
+
+MAX_SCANS_PER_WORK_CYCLE = 64
+
+
+class ListRecordingsSession:
+    """ListRecordings / ListRecordingsForUri: up to `count` matching descriptors from `from_id` upwards."""
+
+    def __init__(self, control_session: ControlSession, catalog: Catalog, correlation_id: int, from_id: int,
+                 count: int, matches: Callable[[RecordingDescriptor], bool] | None = None) -> None:
+        self._control_session = control_session
+        self.owner_id = control_session.control_session_id
+        self._catalog = catalog
+        self._correlation_id = correlation_id
+        self._remaining = count
+        self._matches = matches
+        self._cursor = max(from_id, 0)
+        self._ids: Iterator[int] = iter(catalog.recording_ids(self._cursor))
+        self._pending_id: int | None = None
+        self._done = count <= 0
+        if self._done:
+            control_session.send_response_code(correlation_id, self._cursor, ControlResponseCode.RECORDING_UNKNOWN)
+
+    @property
+    def session_id(self) -> int:
+        return self._correlation_id
+
+    def is_done(self) -> bool:
+        return self._done
+
+    def abort(self, reason: str = "") -> None:
+        self._done = True
+
+    def close(self) -> None:
+        self._done = True
+
+    def do_work(self) -> int:
+        if self._done:
+            return 0
+        work = 0
+        while work < MAX_SCANS_PER_WORK_CYCLE:
+            recording_id = self._pending_id if self._pending_id is not None else next(self._ids, None)
+            if recording_id is None:
+                next_id = max(self._cursor, self._catalog.next_recording_id)  # the next id Aeron would probe
+                self._control_session.send_response_code(self._correlation_id, next_id,
+                                                         ControlResponseCode.RECORDING_UNKNOWN)
+                self._done = True
+                return work + 1
+            self._pending_id = recording_id
+            work += 1
+            if self._matches is not None:
+                descriptor = self._catalog.find(recording_id)
+                if descriptor is None or not self._matches(descriptor):
+                    self._pending_id = None
+                    self._cursor = recording_id + 1
+                    continue
+            if not self._control_session.send_descriptor(self._correlation_id,
+                                                         self._catalog.descriptor_wire_bytes(recording_id)):
+                return work  # back-pressured: retry this id next cycle
+            self._pending_id = None
+            self._cursor = recording_id + 1
+            self._remaining -= 1
+            if self._remaining == 0:
+                self._done = True
+                return work
+        return work
+
+
+def uri_filter(channel_fragment: str, stream_id: int) -> Callable[[RecordingDescriptor], bool]:
+    """Aeron matches the *original* channel as a byte substring, and the stream id exactly."""
+    def matches(d: RecordingDescriptor) -> bool:
+        return d.stream_id == stream_id and channel_fragment in d.original_channel
+    return matches

@@ -1,0 +1,279 @@
+"""Replays a recording onto an exclusive publication: INIT → REPLAY → INACTIVE → DONE (Aeron's `ReplaySession`).
+
+Runs on the replayer thread. Each duty cycle reads at most one replay buffer (never across a term), finds the
+whole DATA frames in it with a bulk frame scan, rewrites their session/stream ids in bulk, and offers them as
+one block; a PAD frame becomes `append_padding`. The publication was created at the recording's
+`init-term-id`/`term-id`/`term-offset`, so replay positions equal recording positions.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from archive.exceptions import ArchiveError, ErrorCode
+from archive.server.counters import WorkerTotals
+from archive.storage import frames
+from archive.storage.checksums import Checksum
+from archive.storage.recording_reader import RecordingReader
+
+if TYPE_CHECKING:
+    from archive.native import CountersReader, ExclusivePublication
+
+log = logging.getLogger(__name__)
+
+# Aeron publication results.
+NOT_CONNECTED = -1
+BACK_PRESSURED = -2
+ADMIN_ACTION = -3
+PUBLICATION_CLOSED = -4
+MAX_POSITION_EXCEEDED = -5
+RECORD_ALLOCATED = 1
+TERM_MAX_LENGTH = 1 << 30
+
+
+class ReplaySessionState(Enum):
+    INIT = 0
+    REPLAY = 1
+    INACTIVE = 2
+    DONE = 3
+
+
+class LimitCounter:
+    """A counter the replay may not pass (bounded replay, or a live recording's rec-pos), read by id."""
+
+    def __init__(self, reader: CountersReader, counter_id: int) -> None:
+        self._reader = reader
+        self.counter_id = counter_id
+        self.registration_id = reader.registration_id(counter_id)
+        self.last_value = reader.get(counter_id)
+
+    def is_closed(self) -> bool:
+        return (self._reader.state(self.counter_id) != RECORD_ALLOCATED
+                or self._reader.registration_id(self.counter_id) != self.registration_id)
+
+    def value(self) -> int:
+        self.last_value = self._reader.get(self.counter_id)
+        return self.last_value
+
+    def slot_still_ours(self) -> bool:
+        return self._reader.registration_id(self.counter_id) == self.registration_id
+
+
+class ReplaySession:
+    def __init__(self, *, replay_session_id: int, correlation_id: int, control_session_id: int, recording_id: int,
+                 replay_position: int, replay_length: int, start_position: int, stop_position: int,
+                 limit_counter: LimitCounter | None, publication: ExclusivePublication, reader: RecordingReader,
+                 buffer: bytearray, term_length: int, stream_id: int, checksum: Checksum | None,
+                 connect_timeout_ns: int, totals: WorkerTotals,
+                 send_ok: Callable[[int, int], None]) -> None:
+        self.replay_session_id = replay_session_id
+        self.correlation_id = correlation_id
+        self.control_session_id = control_session_id
+        self.recording_id = recording_id
+        self.replay_position = replay_position
+        self.start_position = start_position
+        self.stop_position = stop_position
+        self.replay_limit = replay_position + replay_length
+        self._limit_counter = limit_counter
+        self.publication = publication
+        self._reader = reader
+        self._buffer = buffer
+        self._view = memoryview(buffer)
+        self._term_length = term_length
+        self._stream_id = stream_id
+        self._checksum = checksum
+        self._deadline_ns = time.monotonic_ns() + connect_timeout_ns
+        self._totals = totals
+        self._send_ok = send_ok
+        self.state = ReplaySessionState.INIT
+        self.error: ArchiveError | None = None
+        self._abort_reason: str | None = None
+        self._revoke = False
+        self._ok_sent = False
+        # A batch prepared but refused by back pressure is offered again without re-reading the file.
+        self._batch_position = -1
+        self._batch_length = 0
+        self._pad_length = 0
+
+    @property
+    def session_id(self) -> int:
+        return self.replay_session_id
+
+    def is_done(self) -> bool:
+        return self.state is ReplaySessionState.DONE
+
+    def abort(self, reason: str = "") -> None:
+        self._abort_reason = reason or "replay aborted"
+
+    def _set_state(self, state: ReplaySessionState) -> None:
+        log.debug("replay %d (recording %d): %s -> %s", self.replay_session_id, self.recording_id,
+                  self.state.name, state.name)
+        self.state = state
+
+    def _fail(self, message: str, code: int = ErrorCode.GENERIC) -> int:
+        self.error = ArchiveError(message, code, self.correlation_id)
+        log.warning("replay %d of recording %d failed: %s", self.replay_session_id, self.recording_id, message)
+        self._revoke = True
+        self._set_state(ReplaySessionState.INACTIVE)
+        return 1
+
+    def do_work(self) -> int:
+        if self._abort_reason is not None and self.state in (ReplaySessionState.INIT, ReplaySessionState.REPLAY):
+            self._revoke = True
+            self._set_state(ReplaySessionState.INACTIVE)
+        state = self.state
+        try:
+            if state is ReplaySessionState.INIT:
+                return self._init()
+            if state is ReplaySessionState.REPLAY:
+                return self._replay()
+        except ArchiveError as ex:
+            return self._fail(ex.message, ex.error_code)
+        except OSError as ex:
+            return self._fail(f"recording {self.recording_id}: I/O error at position={self.replay_position}: {ex}")
+        if state is ReplaySessionState.INACTIVE:
+            self._close_resources()
+            self._set_state(ReplaySessionState.DONE)
+            return 1
+        return 0
+
+    def _init(self) -> int:
+        now = time.monotonic_ns()
+        if not self._ok_sent:
+            if not self._reader.segment_exists(self.replay_position):
+                if now > self._deadline_ns:
+                    return self._fail(f"recording segment file not created for recordingId={self.recording_id} "
+                                      f"position={self.replay_position}")
+                return 0
+            if self.replay_position > self.start_position and self.replay_position != self.stop_position:
+                self._reader.validate_frame_at(self.replay_position)
+            self._send_ok(self.correlation_id, self.replay_session_id)
+            self._ok_sent = True
+        if not self.publication.is_connected:
+            if now > self._deadline_ns:
+                return self._fail(f"no connection established for replay of recordingId={self.recording_id}")
+            return 0
+        self._set_state(ReplaySessionState.REPLAY)
+        return 1
+
+    def _refresh_limit(self) -> bool:
+        """Aeron's `notExtended` inverted: True when the limit counter moved beyond our stop position.
+
+        Once the counter is closed (recording stopped, bounded counter removed) its last value, if the slot is
+        still ours, becomes the replay limit; otherwise the replay ends at what it has already seen.
+        """
+        counter = self._limit_counter
+        if counter is None:
+            return False
+        if counter.is_closed():
+            final = max(counter.last_value, counter.value()) if counter.slot_still_ours() else self.stop_position
+            self.replay_limit = min(self.replay_limit, final)
+            if final > self.stop_position:
+                self.stop_position = final
+                return True
+            return False
+        value = counter.value()
+        if value > self.stop_position:
+            self.stop_position = value
+            return True
+        return False
+
+    def _replay(self) -> int:
+        pub = self.publication
+        if not pub.is_connected:
+            self._revoke = True
+            self._set_state(ReplaySessionState.INACTIVE)
+            return 1
+        if self.replay_position >= self.replay_limit:
+            self._set_state(ReplaySessionState.INACTIVE)
+            return 1
+        if self.replay_position >= self.stop_position and not self._refresh_limit():
+            if self._limit_counter is None or self._limit_counter.is_closed():
+                self._set_state(ReplaySessionState.INACTIVE)  # nothing more will be recorded
+                return 1
+            return 0
+        if pub.available_window <= 0:
+            return 0
+        if self._batch_position != self.replay_position:
+            self._prepare_batch()
+        work = 0
+        if self._batch_length > 0:
+            result = pub.offer_block(self._view[:self._batch_length])
+            if result < 0:
+                return self._on_offer_failure(result)
+            self.replay_position += self._batch_length
+            self._batch_length = 0
+            work += 1
+        if self._pad_length > 0:
+            result = pub.append_padding(self._pad_length - frames.HEADER_LENGTH)
+            if result < 0:
+                return self._on_offer_failure(result) + work
+            self.replay_position += frames.align(self._pad_length, frames.FRAME_ALIGNMENT)
+            self._pad_length = 0
+            work += 1
+        self._batch_position = -1
+        if self.replay_position >= self.replay_limit:
+            self._set_state(ReplaySessionState.INACTIVE)
+        return work
+
+    def _on_offer_failure(self, result: int) -> int:
+        if result in (NOT_CONNECTED, PUBLICATION_CLOSED, MAX_POSITION_EXCEEDED):
+            self._revoke = result != MAX_POSITION_EXCEEDED
+            self._set_state(ReplaySessionState.INACTIVE)
+            return 1
+        return 0  # back pressure / admin action: offer the same prepared batch next cycle
+
+    def _prepare_batch(self) -> None:
+        position = self.replay_position
+        term_offset = position & (self._term_length - 1)
+        length = min(self.stop_position - position, len(self._buffer), self._term_length - term_offset)
+        before = time.perf_counter_ns()
+        read = self._reader.read_into(self._view, position, length)
+        elapsed = time.perf_counter_ns() - before
+        totals = self._totals
+        totals.total_bytes += read
+        totals.total_time_ns += elapsed
+        if elapsed > totals.max_time_ns:
+            totals.max_time_ns = elapsed
+        scan = frames.scan_frames(self._view, 0, read)
+        if scan.count == 0 and scan.pad_offset < 0:
+            raise ArchiveError(f"unexpected end of recording at position={position} of recordingId="
+                               f"{self.recording_id}", ErrorCode.GENERIC)
+        cap = min(self.replay_limit - position, TERM_MAX_LENGTH)
+        count = scan.count_starting_before(cap)
+        batch_length = scan.end_of(count)
+        if self._checksum is not None and count > 0:
+            frames_checked = scan.head(count)
+            bad = self._checksum_mismatch(frames_checked)
+            if bad >= 0:
+                raise ArchiveError(f"CRC checksum mismatch at position={position + bad} of recordingId="
+                                   f"{self.recording_id}", ErrorCode.GENERIC)
+        if count > 0:
+            frames.rewrite_session_and_stream(self._view, scan.head(count).offsets, self.publication.session_id,
+                                              self.publication.stream_id)
+        self._batch_length = batch_length
+        self._pad_length = scan.pad_length if (count == scan.count and scan.pad_offset == batch_length
+                                               and batch_length < cap) else 0
+        self._batch_position = position
+
+    def _checksum_mismatch(self, scan) -> int:
+        from archive.storage.checksums import first_checksum_mismatch
+        return first_checksum_mismatch(self._view, scan, self._checksum)
+
+    def _close_resources(self) -> None:
+        try:
+            self._reader.close()
+        finally:
+            if self._revoke:
+                self.publication.revoke()
+            else:
+                self.publication.close()
+
+    def close(self) -> None:
+        if self.state is not ReplaySessionState.DONE:
+            self._close_resources()
+            self.state = ReplaySessionState.DONE
