@@ -35,8 +35,12 @@ if [ ! -f "$stamp" ]; then
     echo "bootstrap: installing the project and its dependencies into .venv" >&2
     .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
     .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
-    .venv/bin/python -c 'import archive, pyaeron, pyspark, pyarrow, numpy, cffi, sbe, crc32c' \
+    .venv/bin/python -c 'import archive, pyaeron, pyspark, pyarrow, numpy, cffi, crc32c, pyspark_aeron_archive' \
         || { echo "bootstrap: installation failed" >&2; exit 1; }
+    # Spark finds `pyspark_*` modules with pkgutil.iter_modules(), which does not see setuptools' editable
+    # finder; a path entry for the shim's directory makes the editable install auto-register too.
+    site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    echo "$(pwd)/connector/autoregister" > "$site/aeron_archive_spark_autoregister.pth"
     rm -f .venv/.installed-*
     touch "$stamp"
 fi
