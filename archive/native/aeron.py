@@ -217,36 +217,51 @@ def _reserved_value_trampoline(clientd: Any, buffer: Any, frame_length: int) -> 
 _conductor_thread = threading.local()
 
 
+class _InConductorCallback:
+    """Marks the current thread as running a C client callback for the callback's duration only.
+
+    Close-complete notifications can also run synchronously on the thread that asked for the close, so the mark
+    must not outlive the callback.
+    """
+
+    def __enter__(self) -> None:
+        self.previous = getattr(_conductor_thread, "active", False)
+        _conductor_thread.active = True
+
+    def __exit__(self, *exc: object) -> None:
+        _conductor_thread.active = self.previous
+
+
 def _on_available_image_trampoline(clientd: Any, subscription: Any, image: Any) -> None:
-    _conductor_thread.active = True
-    try:
-        native: _SubscriptionNative = ffi.from_handle(clientd)
-        native.on_available_image(subscription, image)
-    except Exception:
-        logger.exception("on_available_image callback failed")
+    with _InConductorCallback():
+        try:
+            native: _SubscriptionNative = ffi.from_handle(clientd)
+            native.on_available_image(subscription, image)
+        except Exception:
+            logger.exception("on_available_image callback failed")
 
 
 def _on_unavailable_image_trampoline(clientd: Any, subscription: Any, image: Any) -> None:
-    _conductor_thread.active = True
-    try:
-        native: _SubscriptionNative = ffi.from_handle(clientd)
-        native.on_unavailable_image(image)
-    except Exception:
-        logger.exception("on_unavailable_image callback failed")
+    with _InConductorCallback():
+        try:
+            native: _SubscriptionNative = ffi.from_handle(clientd)
+            native.on_unavailable_image(image)
+        except Exception:
+            logger.exception("on_unavailable_image callback failed")
 
 
 def _on_subscription_closed_trampoline(clientd: Any) -> None:
-    _conductor_thread.active = True
-    native: _SubscriptionNative = ffi.from_handle(clientd)
-    native.client.closing.pop(id(native), None)
+    with _InConductorCallback():
+        native: _SubscriptionNative = ffi.from_handle(clientd)
+        native.client.closing.pop(id(native), None)
 
 
 def _on_error_trampoline(clientd: Any, errcode: int, message: Any) -> None:
-    _conductor_thread.active = True
-    native: _ClientNative = ffi.from_handle(clientd)
-    text = _cstr(message)
-    native.last_error = (errcode, text)
-    logger.error("Aeron client %r error (errcode=%d): %s", native.client_name, errcode, text)
+    with _InConductorCallback():
+        native: _ClientNative = ffi.from_handle(clientd)
+        text = _cstr(message)
+        native.last_error = (errcode, text)
+        logger.error("Aeron client %r error (errcode=%d): %s", native.client_name, errcode, text)
 
 
 def _foreach_counter_trampoline(
