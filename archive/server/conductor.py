@@ -195,6 +195,8 @@ class ArchiveConductor(Agent):
             self.ctx.session_liveness_check_interval_ns)
         self._control_sessions[control_session_id] = session
         self.counters.control_sessions.set(len(self._control_sessions))
+        session.counter = self.counters.add_control_session_counter(control_session_id, client_info,
+                                                                    image_session_id)
         log.info("control session %d: connect from %s (response %s stream %d)", control_session_id,
                  client_info or "client", response_channel, response_stream_id)
 
@@ -207,6 +209,9 @@ class ArchiveConductor(Agent):
             if session.active_listing in self._listings:
                 self._listings.remove(session.active_listing)
         session.close()
+        if session.counter is not None:
+            session.counter.close()
+            session.counter = None
         self._control_sessions.pop(session.control_session_id, None)
         self.counters.control_sessions.set(len(self._control_sessions))
         log.info("control session %d closed: %s", session.control_session_id, session.abort_reason)
@@ -718,6 +723,8 @@ class ArchiveConductor(Agent):
                 delete.do_work()
         for session in list(self._control_sessions.values()):
             session.close()
+            if session.counter is not None:
+                session.counter.close()
         self._control_sessions.clear()
         for entry in list(self._subscriptions.values()):
             entry.subscription.close()

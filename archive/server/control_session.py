@@ -85,6 +85,7 @@ class ControlSession:
         self._last_sent_ns = now
         self._next_ping_ns = 0
         self.active_listing: Any = None
+        self.counter: Any = None  # the per-client `control-session` counter (type 113), owned by the conductor
         self.abort_reason = ""
         self._handlers = self._build_handlers()
 

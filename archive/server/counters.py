@@ -50,12 +50,24 @@ class ArchiveCounters:
                       f"archive-{name} max cycle time in ns: {mode}" + suffix)
             for name in ("conductor", "recorder", "replayer")
         }
+        self._aeron = aeron
+        self._archive_id = archive_id
         self._all: list[Counter] = [
             self.errors, self.control_sessions, self.recorder_max_write_time, self.recorder_total_write_bytes,
             self.recorder_total_write_time, self.replayer_max_read_time, self.replayer_total_read_bytes,
             self.replayer_total_read_time, self.recording_sessions, self.replay_sessions,
             *self.max_cycle_time.values(),
         ]
+
+    def add_control_session_counter(self, control_session_id: int, client_info: str,
+                                    image_session_id: int) -> Counter:
+        """One counter per connected client (Aeron 1.49+): key archiveId, controlSessionId; value the id."""
+        key = struct.pack("<qq", self._archive_id, control_session_id)
+        label = (f"control-session: {client_info or 'client'} sessionId={image_session_id} "
+                 f"- archiveId={self._archive_id}")[:380]
+        counter = self._aeron.add_counter(c.ARCHIVE_CONTROL_SESSION_TYPE_ID, key, label)
+        counter.set(control_session_id)
+        return counter
 
     def increment_errors(self) -> None:
         with self._lock:

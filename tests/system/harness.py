@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from archive.server.context import ArchiveContext
 
 SMALL_TERM = 64 * 1024
 SMALL_SEGMENT = 128 * 1024
+_next_control_stream = itertools.count(20_000)
 
 
 def wait_for(condition: Callable[[], Any], timeout: float = 10.0, what: str = "condition",
@@ -45,8 +47,10 @@ class Signals:
 class Harness:
     """An archive in `archive_dir` on the shared driver, plus IPC-connected clients."""
 
-    def __init__(self, aeron_dir: str, archive_dir: str, **ctx: Any) -> None:
+    def __init__(self, aeron_dir: str, archive_dir: str, connect: bool = True, **ctx: Any) -> None:
         ctx.setdefault("control_channel", None)
+        # Each archive gets its own local control stream, so archives of different tests never share requests.
+        ctx.setdefault("local_control_stream_id", next(_next_control_stream))
         ctx.setdefault("segment_file_length", SMALL_SEGMENT)
         ctx.setdefault("low_storage_space_threshold", 0)
         self.ctx = ArchiveContext(archive_dir=archive_dir, aeron_dir=aeron_dir, **ctx)
@@ -54,7 +58,11 @@ class Harness:
         self.archive: Archive | None = Archive.launch(self.ctx)
         self.signals = Signals()
         self.clients: list[AeronArchive] = []
-        self.client = self.connect()
+        try:
+            self.client = self.connect() if connect else None
+        except BaseException:
+            self.close()
+            raise
 
     def connect(self, **kwargs: Any) -> AeronArchive:
         kwargs.setdefault("recording_signal_consumer", self.signals)
