@@ -166,6 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--fix", action="store_true")
     verify.add_argument("--checksum", help="CRC-32 or CRC-32C, if the archive recorded checksums")
     verify.set_defaults(func=_cmd_verify)
+
+    from archive.cli import stats, tail
+    stats.add_subparser(sub)
+    tail.add_subparser(sub)
     return parser
 
 

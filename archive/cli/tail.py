@@ -1,0 +1,81 @@
+"""`aeron-archive tail ID`: print a recording's messages as they are recorded, through a follow replay."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from archive import constants as c
+
+
+def _render(data: memoryview, position: int, fmt: str, limit: int) -> str:
+    raw = bytes(data[:limit])
+    more = "…" if len(data) > limit else ""
+    if fmt == "json":
+        return json.dumps({"position": position, "length": len(data), "hex": bytes(data).hex()})
+    if fmt == "text":
+        return f"{position:>14} {len(data):>8}  {raw.decode('utf-8', 'replace')}{more}"
+    return f"{position:>14} {len(data):>8}  {raw.hex(' ')}{more}"
+
+
+def add_subparser(sub: argparse._SubParsersAction) -> None:
+    tail = sub.add_parser("tail", help="print a recording's messages as they are recorded (follow replay)")
+    tail.add_argument("recording_id", type=int)
+    tail.add_argument("--aeron-dir", help="media driver directory (default: $AERON_DIR or Aeron's default)")
+    tail.add_argument("--control-channel", default=c.LOCAL_CONTROL_CHANNEL_DEFAULT)
+    tail.add_argument("--control-stream-id", type=int, default=c.LOCAL_CONTROL_STREAM_ID_DEFAULT)
+    tail.add_argument("--response-channel", default="aeron:ipc")
+    tail.add_argument("--replay-channel", default="aeron:ipc")
+    tail.add_argument("--replay-stream-id", type=int, default=0x7A11)
+    tail.add_argument("--from-start", action="store_true", help="replay history first (default: only new messages)")
+    tail.add_argument("--format", choices=("hex", "text", "json"), default="hex")
+    tail.add_argument("--max-bytes", type=int, default=64, help="bytes of each message to print")
+    tail.add_argument("-n", "--count", type=int, default=0, help="stop after N messages (0: until interrupted)")
+    tail.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from archive.client.aeron_archive import AeronArchive
+    from archive.exceptions import ArchiveError
+    client = AeronArchive.connect(aeron_dir=args.aeron_dir, control_request_channel=args.control_channel,
+                                  control_request_stream_id=args.control_stream_id,
+                                  control_response_channel=args.response_channel, client_name="aeron-archive-tail")
+    try:
+        descriptor = client.list_recording(args.recording_id)
+        if descriptor is None:
+            raise ArchiveError(f"unknown recording id: {args.recording_id}")
+        if args.from_start:
+            position = descriptor.start_position
+        else:
+            live = client.get_recording_position(args.recording_id)
+            position = live if live != c.NULL_POSITION else descriptor.stop_position
+        stopped = descriptor.stop_position != c.NULL_POSITION and position >= descriptor.stop_position
+        if stopped:
+            print(f"recording {args.recording_id} is stopped at {descriptor.stop_position}; nothing to tail "
+                  "(use --from-start to print its history)", file=sys.stderr)
+            return 0
+        subscription = client.replay(args.recording_id, args.replay_channel, args.replay_stream_id,
+                                     position=position, length=c.REPLAY_ALL_AND_FOLLOW)
+        printed = 0
+
+        def on_message(data: memoryview, header) -> None:
+            nonlocal printed
+            print(_render(data, header.start_position, args.format, args.max_bytes), flush=True)
+            printed += 1
+
+        try:
+            while args.count == 0 or printed < args.count:
+                if subscription.poll(on_message, min(100, args.count - printed) if args.count else 100) == 0:
+                    images = subscription.images()
+                    if images and all(i.is_end_of_stream for i in images):
+                        break  # the recording stopped: a follow replay ends with it
+                    time.sleep(0.001)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            subscription.close()
+        return 0
+    finally:
+        client.close()
