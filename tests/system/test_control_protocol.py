@@ -216,3 +216,14 @@ def test_follow_replay_reaches_messages_published_after_it_started(harness):
     assert [struct.unpack("<q", g[0])[0] for g in got] == list(range(100))
     sub.close()
     pub.close()
+
+
+def test_unsupported_requests_get_an_error_naming_them(harness):
+    client = harness.client
+    with client._lock:
+        correlation_id = client._request("ReplicateRequest", src_recording_id=1, dst_recording_id=-1,
+                                         src_control_stream_id=10, src_control_channel="aeron:ipc",
+                                         live_destination="")
+        with pytest.raises(ArchiveError) as err:
+            client._await_response(correlation_id, "ReplicateRequest")
+    assert "ReplicateRequest" in err.value.message and "not supported" in err.value.message
