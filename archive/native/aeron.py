@@ -1245,47 +1245,32 @@ class _PublicationBase:
     def publication_limit_counter_id(self) -> int:
         return self._n.publication_limit_counter_id
 
-    @property
-    def is_closed(self) -> bool:
+    def _query(self, name: str, closed_value: int) -> int:
+        """Call `aeron_[exclusive_]publication_<name>` under the lock, or return `closed_value` once closed."""
         n = self._n
         with n.lock:
             if n.ptr is None:
-                return True
-            lib = get_lib()
-            fn = lib.aeron_exclusive_publication_is_closed if n.exclusive else lib.aeron_publication_is_closed
-            return bool(fn(n.ptr))
+                return closed_value
+            prefix = "aeron_exclusive_publication_" if n.exclusive else "aeron_publication_"
+            return int(getattr(get_lib(), prefix + name)(n.ptr))
+
+    @property
+    def is_closed(self) -> bool:
+        return bool(self._query("is_closed", 1))
 
     @property
     def is_connected(self) -> bool:
-        n = self._n
-        with n.lock:
-            if n.ptr is None:
-                return False
-            lib = get_lib()
-            fn = lib.aeron_exclusive_publication_is_connected if n.exclusive else lib.aeron_publication_is_connected
-            return bool(fn(n.ptr))
+        return bool(self._query("is_connected", 0))
 
     @property
     def position(self) -> int:
         """Current publication position, or PUBLICATION_CLOSED (-4) once closed."""
-        n = self._n
-        with n.lock:
-            if n.ptr is None:
-                return PUBLICATION_CLOSED
-            lib = get_lib()
-            fn = lib.aeron_exclusive_publication_position if n.exclusive else lib.aeron_publication_position
-            return int(fn(n.ptr))
+        return self._query("position", PUBLICATION_CLOSED)
 
     @property
     def position_limit(self) -> int:
         """Position beyond which offers are back pressured, or PUBLICATION_CLOSED (-4) once closed."""
-        n = self._n
-        with n.lock:
-            if n.ptr is None:
-                return PUBLICATION_CLOSED
-            lib = get_lib()
-            fn = lib.aeron_exclusive_publication_position_limit if n.exclusive else lib.aeron_publication_position_limit
-            return int(fn(n.ptr))
+        return self._query("position_limit", PUBLICATION_CLOSED)
 
     @property
     def available_window(self) -> int:
