@@ -410,6 +410,13 @@ class Catalog:
             existed = os.path.exists(self._path) and os.path.getsize(self._path) > 0
             self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
             size = os.fstat(self._fd).st_size
+            if existed:
+                # Validate the header before the file is grown or mapped for writing: a catalog this archive must
+                # not write (legacy 1 KiB layout, other major version) is refused with every byte left as it was.
+                header = os.pread(self._fd, CATALOG_HEADER_LENGTH, 0)
+                if len(header) < CATALOG_HEADER_LENGTH:
+                    raise ArchiveError(f"catalog file too small ({size} bytes): {self._path}")
+                self._read_header(header)
             self._capacity = max(size, requested_capacity) if existed else requested_capacity
             if size < self._capacity:
                 os.ftruncate(self._fd, self._capacity)
@@ -438,9 +445,9 @@ class Catalog:
             self._read_header()
         self._build_index()
 
-    def _read_header(self) -> None:
-        mm = self._require_map()
-        version, _, next_recording_id, alignment = _CATALOG_HEADER.unpack_from(mm, 0)
+    def _read_header(self, header: bytes | None = None) -> None:
+        buf = header if header is not None else self._require_map()
+        version, _, next_recording_id, alignment = _CATALOG_HEADER.unpack_from(buf, 0)
         self._version = version
         major = semantic_version_major(version)
         if alignment == 0 and major <= CATALOG_MAJOR_VERSION:
