@@ -1,0 +1,122 @@
+"""Fault injection for crash tests: make a write or a commit fail at a chosen point, in a real Spark worker.
+
+Tests cannot monkeypatch code that runs in Spark's Python workers, and environment variables are fixed when the
+JVM starts, so faults are armed through a JSON file in the sink's state directory (or the staging directory
+when there is none): `FAULT_FILE`, a list of specs. The sink checks for the file with one `os.path.exists` per
+write task and per commit, so it costs nothing when unused. A spec:
+
+    {"point": "write" | "after-stage" | "before-publish" | "publish" | "before-entry" | "after-entry",
+     "action": "raise" | "exit",          # exit: os._exit(17), a hard crash of the Python worker
+     "afterRows": 500,                    # write/publish: fire once this many rows are staged/published
+     "batchId": 3, "partition": 0, "attempt": 0,   # optional filters
+     "once": true}                        # remove the spec when it fires (default true)
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from connector.sink.errors import InjectedFault
+
+log = logging.getLogger(__name__)
+
+FAULT_FILE = "_inject_faults.json"
+POINTS = ("write", "after-stage", "before-publish", "publish", "before-entry", "after-entry")
+
+
+def fault_path(directory: str) -> str:
+    return os.path.join(directory, FAULT_FILE)
+
+
+def arm(directory: str, *specs: dict[str, Any]) -> None:
+    """Add fault specs (tests call this; the file is shared by executors and the driver)."""
+    for spec in specs:
+        if spec.get("point") not in POINTS:
+            raise ValueError(f"fault point must be one of {POINTS}, got {spec.get('point')!r}")
+    os.makedirs(directory, exist_ok=True)
+    with _locked(directory):
+        current = _read(directory)
+        _write(directory, current + list(specs))
+
+
+def disarm(directory: str) -> None:
+    with _locked(directory):
+        try:
+            os.remove(fault_path(directory))
+        except FileNotFoundError:
+            pass
+
+
+@contextmanager
+def _locked(directory: str) -> Iterator[None]:
+    fd = os.open(os.path.join(directory, FAULT_FILE + ".lock"), os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _read(directory: str) -> list[dict[str, Any]]:
+    try:
+        with open(fault_path(directory)) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return []
+    return list(data) if isinstance(data, list) else [data]
+
+
+def _write(directory: str, specs: list[dict[str, Any]]) -> None:
+    path = fault_path(directory)
+    if not specs:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+        return
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(specs, f)
+    os.replace(tmp, path)
+
+
+def _matches(spec: dict[str, Any], point: str, rows: int, context: dict[str, Any]) -> bool:
+    if spec.get("point") != point:
+        return False
+    if rows < int(spec.get("afterRows", 0)):
+        return False
+    return all(spec[key] == value for key, value in context.items() if key in spec)
+
+
+def rows_threshold(directory: str | None, point: str, **context: Any) -> int | None:
+    """The afterRows of the first armed spec for `point` that matches `context`, or None (no file: no I/O)."""
+    if directory is None or not os.path.exists(fault_path(directory)):
+        return None
+    for spec in _read(directory):
+        if spec.get("point") == point and all(spec[k] == v for k, v in context.items() if k in spec):
+            return int(spec.get("afterRows", 0))
+    return None
+
+
+def check(directory: str | None, point: str, rows: int = 0, **context: Any) -> None:
+    """Fire the first armed spec matching this point, row count and context (raise, or exit the process)."""
+    if directory is None or not os.path.exists(fault_path(directory)):
+        return
+    with _locked(directory):
+        specs = _read(directory)
+        fired = next((s for s in specs if _matches(s, point, rows, context)), None)
+        if fired is None:
+            return
+        if fired.get("once", True):
+            specs.remove(fired)
+            _write(directory, specs)
+    log.warning("injected fault %s at %s after %d rows (%s)", fired.get("action", "raise"), point, rows, context)
+    if fired.get("action", "raise") == "exit":
+        os._exit(17)
+    raise InjectedFault(f"injected fault at {point} after {rows} rows ({context})")

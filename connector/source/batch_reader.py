@@ -1,0 +1,77 @@
+"""`spark.read.format("aeron-archive")`: a bounded read of `[startingPosition, endingPosition)` per recording."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from archive.descriptor import RecordingDescriptor
+from connector.options import EARLIEST, LATEST
+from connector.source.location import RecordingSource, facts_of
+from connector.source.planning import plan_partitions
+from connector.source.reader import ReaderBase
+
+log = logging.getLogger(__name__)
+
+
+class DataLossError(RuntimeError):
+    """A recording lost data (truncate/purge) that a position still points at, with failOnDataLoss=true."""
+
+
+def resolve_start(source: RecordingSource, descriptor: RecordingDescriptor, wanted: int, end: int, option: str,
+                  fail_on_data_loss: bool) -> int:
+    """A starting position: EARLIEST, LATEST or explicit, checked against the recording's current range."""
+    rid = descriptor.recording_id
+    if wanted == EARLIEST:
+        return descriptor.start_position
+    if wanted == LATEST:
+        return end
+    if wanted < descriptor.start_position:
+        message = (f"{option} {wanted} of recording {rid} is below its start position {descriptor.start_position} "
+                   "(truncated or purged)")
+        if fail_on_data_loss:
+            raise DataLossError(message + "; set failOnDataLoss=false to start at the recording's start instead")
+        log.warning("%s; starting at %d", message, descriptor.start_position)
+        return descriptor.start_position
+    if wanted > end:
+        raise ValueError(f"{option} {wanted} of recording {rid} is past its current end {end} in the "
+                         f"{source.describe()}")
+    return wanted
+
+
+class AeronArchiveBatchReader(ReaderBase, DataSourceReader):
+    """Plans once on the driver: each selected recording's range, cut into term-aligned partitions."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        self._setup(options, schema, streaming=False)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        options = self.options
+        source = self.source
+        try:
+            ranges = []
+            for rid, descriptor in source.selected().items():
+                available = source.safe_end(descriptor)
+                start = resolve_start(source, descriptor, options.starting.for_recording(rid), available,
+                                      "startingPosition", options.fail_on_data_loss)
+                wanted_end = options.ending.for_recording(rid)
+                end = available if wanted_end == LATEST else wanted_end
+                if end > available:
+                    raise ValueError(f"endingPosition {end} of recording {rid} is past its current end "
+                                     f"{available} in the {source.describe()}")
+                if end < start:
+                    raise ValueError(f"endingPosition {end} of recording {rid} is before its starting position "
+                                     f"{start}")
+                # The last message begun before `end` is read to completion, up to the available end.
+                ranges.append((facts_of(descriptor), start, end, available))
+            if not ranges:
+                log.warning("no recordings match %s in the %s", options.selection.describe(), source.describe())
+            archive_dir, connection = source.partition_location()
+            partitions = plan_partitions(ranges, options.max_bytes_per_partition, archive_dir, connection)
+            log.info("batch read of %s: %d partitions", options.selection.describe(), len(partitions))
+            return partitions
+        finally:
+            self._close_source()

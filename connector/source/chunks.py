@@ -1,0 +1,190 @@
+"""Where a partition's bytes come from: the `ChunkSource` protocol, the disk implementation, and the chooser.
+
+Two implementations yield the same bytes: `DiskChunkSource` reads segment files (`archiveDir`), and
+`connector.source.replay_fetch.ReplayChunkSource()` runs a bounded replay `[partition.start, partition.limit)`
+through the running archive named by `partition.connection` (no shared disk); `open_chunk_source` chooses.
+The message decoder (`connector.source.decode`) sees only chunks, so both paths give identical rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+from collections.abc import Iterator
+from typing import Protocol, runtime_checkable
+
+from archive.exceptions import ArchiveError
+from archive.storage.frames import (
+    FRAME_ALIGNMENT,
+    HDR_TYPE_PAD,
+    HEADER_LENGTH,
+    FrameScan,
+    ScanStop,
+    align,
+    frame_type_at,
+    scan_frames,
+)
+from archive.storage.segments import segment_file_base_position, segment_file_name
+from connector.source.partition import AeronArchivePartition
+
+log = logging.getLogger(__name__)
+
+# Target size of one chunk. Big enough to amortise per-chunk numpy/Arrow fixed costs, small enough that a task's
+# memory stays a few MiB (measured sweet spot; see tests/benchmarks/bench_spark_source.py).
+CHUNK_LENGTH = 4 * 1024 * 1024
+
+
+@runtime_checkable
+class ChunkSource(Protocol):
+    """Yields the recorded frames of a partition, in order.
+
+    Implementations are constructed with no arguments (everything comes from the partition) and may cache
+    per-process resources (an Aeron client, an embedded media driver) at module level.
+
+    Contract of `iter_chunks(partition)`, yielding `(chunk, position)`:
+    - `chunk` holds whole Aeron frames exactly as recorded (header + payload, 32-byte aligned) and `position` is
+      the stream position of its first byte. The first chunk starts at `partition.start`.
+    - Positions only increase. The next chunk starts where the previous one's last frame ends (by its aligned
+      frame length), with one exception: the bytes between two chunks may be padding only, i.e. a PAD frame that
+      runs to the end of its term may be cut after its header, or left out entirely.
+    - No byte at or past `partition.limit` is ever yielded; iteration ends there (the limit is a message boundary).
+      The caller usually stops earlier (once the message begun before `partition.end` is complete) and then
+      closes the generator: release resources (files, replays, subscriptions) in a `finally`.
+    - A chunk is only valid until the next one is requested (buffers may be reused); at most about
+      `CHUNK_LENGTH` bytes each, so memory stays bounded whatever the partition size.
+    - Errors raise with a message naming the recording id and the position (and the archive for remote reads).
+    """
+
+    def iter_chunks(self, partition: AeronArchivePartition) -> Iterator[tuple[memoryview, int]]: ...
+
+
+class DiskChunkSource:
+    """Reads segment files directly (`archiveDir`): no server, works on a Java Aeron Archive directory too.
+
+    Chunks are views of read-only memory mappings of the segment file (32 MiB windows), so payload bytes are copied
+    once (into the Arrow `value` column), not twice (`pread` into a buffer, then into Arrow). A mapping lives
+    exactly as long as views of it do (no explicit unmap that could race with the consumer), and a window bounds
+    the address space a task uses. A segment file shorter than the recorded range (damaged, or truncated
+    meanwhile) is an error, checked before mapping.
+
+    Besides the protocol's `iter_chunks`, `iter_scanned_chunks` also yields the `FrameScan` of each chunk: finding
+    where the whole frames of a read end needs a frame walk anyway, and handing it on spares the decoder a second
+    walk of every byte.
+    """
+
+    def __init__(self, chunk_length: int = CHUNK_LENGTH) -> None:
+        self._chunk_length = chunk_length
+
+    def iter_chunks(self, partition: AeronArchivePartition) -> Iterator[tuple[memoryview, int]]:
+        for chunk, position, _ in self.iter_scanned_chunks(partition):
+            yield chunk, position
+
+    def iter_scanned_chunks(self, partition: AeronArchivePartition) -> Iterator[tuple[memoryview, int, FrameScan]]:
+        """`(chunk, position, scan)`: `scan` walks exactly `chunk` with `stop_at_padding=False`."""
+        if partition.archive_dir is None:
+            raise ValueError(f"partition {partition.index} of recording {partition.recording_id} has no archiveDir")
+        facts = partition.recording
+        term_length = facts.term_length
+        position = partition.start
+        limit = partition.limit
+        segment = _Segment(partition)
+        try:
+            while position < limit:
+                term_end = position - (position & (term_length - 1)) + term_length
+                view = segment.view(position, min(limit, term_end, position + self._chunk_length))
+                n = len(view)
+                scan = scan_frames(view, 0, n, stop_at_padding=False)
+                if scan.stop_reason is ScanStop.END:
+                    yield view, position, scan
+                    position += n
+                elif scan.stop_reason is ScanStop.INCOMPLETE and scan.stop_offset > 0:
+                    # A frame runs past this chunk: yield the whole frames; the next chunk starts at that frame.
+                    yield view[: scan.stop_offset], position, scan
+                    position += scan.stop_offset
+                elif (scan.stop_reason is ScanStop.INCOMPLETE and n >= HEADER_LENGTH
+                      and frame_type_at(view, 0) == HDR_TYPE_PAD):
+                    # A PAD frame running to the term end past the limit: its header is all there is to give.
+                    yield view[:HEADER_LENGTH], position, scan
+                    position += align(scan.stop_frame_length, FRAME_ALIGNMENT)
+                else:
+                    raise ArchiveError(
+                        f"recording {facts.recording_id}: no complete frame at position "
+                        f"{position + scan.stop_offset} (reading [{partition.start}, {limit}) from "
+                        f"{partition.archive_dir}); the recording may have been truncated or its segment files "
+                        "damaged"
+                    )
+                del view, scan
+        finally:
+            segment.close()
+
+
+class _Segment:
+    """The open segment file a partition is reading, and read-only mappings of stretches of it."""
+
+    def __init__(self, partition: AeronArchivePartition) -> None:
+        self._p = partition
+        self._fd = -1
+        self._base = -1
+        self._size = 0
+        self._path = ""
+        self._map: mmap.mmap | None = None
+        self._map_start = 0
+
+    def view(self, position: int, end: int) -> memoryview:
+        facts = self._p.recording
+        base = segment_file_base_position(facts.start_position, position, facts.term_length, facts.segment_length)
+        if base != self._base:
+            self.close()
+            self._path = os.path.join(self._p.archive_dir or "", segment_file_name(facts.recording_id, base))
+            try:
+                self._fd = os.open(self._path, os.O_RDONLY)
+            except FileNotFoundError as ex:
+                raise ArchiveError(
+                    f"recording {facts.recording_id}: segment file for position {position} not found: "
+                    f"{self._path} (purged or deleted?)"
+                ) from ex
+            self._base = base
+            self._size = os.fstat(self._fd).st_size
+        offset = position - base
+        length = end - position
+        if offset + length > self._size:
+            self._size = os.fstat(self._fd).st_size  # a live recording's file may have grown
+            if offset + length > self._size:
+                raise ArchiveError(
+                    f"recording {facts.recording_id}: segment file {self._path} holds {self._size} bytes, "
+                    f"position {end} needs {offset + length}; the recording may have been truncated"
+                )
+        if self._map is None or offset < self._map_start or offset + length > self._map_start + len(self._map):
+            self._map = None  # unmapped once the consumer drops its last view of it
+            map_start = offset - offset % _WINDOW
+            map_length = min(self._size, max(map_start + _WINDOW, offset + length)) - map_start
+            self._map = mmap.mmap(self._fd, map_length, prot=mmap.PROT_READ, offset=map_start)
+            self._map_start = map_start
+            if _SEQUENTIAL is not None:
+                self._map.madvise(_SEQUENTIAL)
+        start = offset - self._map_start
+        return memoryview(self._map)[start: start + length]
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, -1
+        self._base = -1
+        self._map = None
+        if fd >= 0:
+            os.close(fd)  # mappings stay valid until their last view goes
+
+
+# Mappings cover windows of this size (a multiple of the mmap granularity): mapping per chunk costs more in
+# mmap/munmap and page-table work than it saves; a window bounds the address space a task uses.
+_WINDOW = 32 * 1024 * 1024
+_SEQUENTIAL = getattr(mmap, "MADV_SEQUENTIAL", None)
+
+
+def open_chunk_source(partition: AeronArchivePartition) -> ChunkSource:
+    """The disk reader for `archiveDir`, else a bounded replay through the running archive."""
+    if partition.archive_dir is not None:
+        return DiskChunkSource()
+    from connector.source.replay_fetch import ReplayChunkSource
+
+    source: ChunkSource = ReplayChunkSource()
+    return source

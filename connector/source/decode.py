@@ -1,0 +1,366 @@
+"""Chunks of recorded frames -> Arrow record batches of whole messages, one row per message.
+
+The hot path (unfragmented messages, the vast majority) has no Python loop per message: `scan_frames` gives the
+frame columns, the fixed columns are numpy arrays, and the `value` column is built as an Arrow `binary_view` over
+the chunk itself (16-byte views computed with numpy: length + 4-byte prefix + offset, or the payload inlined when
+it is <= 12 bytes) and then cast to `binary`, which copies the payloads in C. Measured on 4 MiB chunks this is
+~7-12 GB/s for 64 B..1 KiB payloads, against ~0.3 GB/s for a numpy byte mask or gather index.
+
+Fragmented messages (rare) are reassembled with a Python loop over their fragments only. A partition owns the
+messages that BEGIN in `[start, end)`: leading continuation fragments (the partition starts at a term boundary
+inside a message) are skipped, and the last message begun before `end` is read to completion past `end`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from archive.exceptions import ArchiveError
+from archive.storage.frames import (
+    BEGIN_FRAG_FLAG,
+    END_FRAG_FLAG,
+    FRAME_ALIGNMENT,
+    HDR_TYPE_DATA,
+    HDR_TYPE_PAD,
+    HEADER_LENGTH,
+    HEADER_STRUCT,
+    UNFRAGMENTED,
+    FrameScan,
+    ScanStop,
+    align,
+    compute_term_id_from_position,
+    frame_type_at,
+    position_bits_to_shift,
+    scan_frames,
+)
+from connector.source.chunks import ChunkSource
+from connector.source.partition import AeronArchivePartition
+from connector.source.payload import PayloadDecoder
+
+log = logging.getLogger(__name__)
+
+_BYTE_MASKS = np.array([0, 0xFF, 0xFFFF, 0xFFFFFF, 0xFFFFFFFF], dtype=np.uint32)
+_INLINE = 12  # Arrow binary_view keeps values of <= 12 bytes inside the view itself
+
+# Batches smaller than this (tiny replay chunks) are merged before being handed to Spark, whose per-batch cost
+# would otherwise dominate.
+MIN_BATCH_BYTES = 1024 * 1024
+
+
+def binary_column(chunk: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """`binary` array of `chunk[starts[i] : starts[i] + lengths[i]]`, built without a Python loop.
+
+    `starts` must be 4-byte aligned (payloads start 32 bytes into 32-byte-aligned frames), and every start but a
+    zero-length value's lies inside `chunk`.
+    """
+    n = int(starts.size)
+    if n == 0:
+        return pa.array([], pa.binary())
+    size = int(chunk.size)
+    words = chunk[: size & ~3].view(np.uint32) if size >= 4 else np.zeros(1, np.uint32)
+    plen = lengths.astype(np.int32, copy=False)
+    word_index = starts >> 2
+    last = words.size - 1
+    views = np.empty((n, 4), dtype=np.uint32)
+    views[:, 0] = plen.view(np.uint32)
+    first = words[np.minimum(word_index, last)]
+    short = plen <= _INLINE
+    n_short = int(np.count_nonzero(short))
+    if n_short == 0:
+        views[:, 1] = first
+        views[:, 2] = 0  # data buffer index
+        views[:, 3] = starts.astype(np.uint32)
+    else:
+        inline1 = first & _BYTE_MASKS[np.clip(plen, 0, 4)]
+        inline2 = words[np.minimum(word_index + 1, last)] & _BYTE_MASKS[np.clip(plen - 4, 0, 4)]
+        inline3 = words[np.minimum(word_index + 2, last)] & _BYTE_MASKS[np.clip(plen - 8, 0, 4)]
+        if n_short == n:
+            views[:, 1] = inline1
+            views[:, 2] = inline2
+            views[:, 3] = inline3
+        else:
+            views[:, 1] = np.where(short, inline1, first)
+            views[:, 2] = np.where(short, inline2, 0)
+            views[:, 3] = np.where(short, inline3, starts.astype(np.uint32))
+    array = pa.Array.from_buffers(pa.binary_view(), n, [None, pa.py_buffer(views), pa.py_buffer(chunk)])
+    return array.cast(pa.binary())
+
+
+class _Pending:
+    """A fragmented message being reassembled (its fragments may span chunks)."""
+
+    __slots__ = ("position", "reserved_value", "parts")
+
+    def __init__(self, position: int, reserved_value: int, first: bytes) -> None:
+        self.position = position
+        self.reserved_value = reserved_value
+        self.parts = [first]
+
+
+class PartitionDecoder:
+    """Turns one partition's chunks into record batches of exactly `schema`."""
+
+    def __init__(
+        self, partition: AeronArchivePartition, schema: pa.Schema, payload: PayloadDecoder | None = None,
+        min_batch_bytes: int = MIN_BATCH_BYTES,
+    ) -> None:
+        self._p = partition
+        facts = partition.recording
+        self._rid = facts.recording_id
+        self._session_id = facts.session_id
+        self._stream_id = facts.stream_id
+        self._term_length = facts.term_length
+        self._bits = position_bits_to_shift(facts.term_length)
+        self._initial_term_id = facts.initial_term_id
+        self._schema = schema
+        self._payload = payload
+        self._min_batch_bytes = min_batch_bytes
+        self._pending: _Pending | None = None
+        self._seen_begin = False
+        self._done = False
+        self._next_position = partition.start
+        self.rows = 0
+        self.skipped_leading_fragments = 0
+
+    # ------------------------------------------------------------------------------------------------------------
+
+    def batches(self, chunks: Iterable[tuple[memoryview, int] | tuple[memoryview, int, FrameScan]]
+                ) -> Iterator[pa.RecordBatch]:
+        """Batches from `(chunk, position)` items, or `(chunk, position, scan)` when the source walked them."""
+        held: list[pa.RecordBatch] = []
+        held_bytes = 0
+        iterator = iter(chunks)
+        try:
+            for item in iterator:
+                batch = self._chunk(*item)
+                if batch is not None and batch.num_rows:
+                    self.rows += batch.num_rows
+                    size = batch.nbytes
+                    if size >= self._min_batch_bytes:  # big enough alone: never copied into a merge
+                        if held:
+                            yield _merge(held)
+                            held, held_bytes = [], 0
+                        yield batch
+                    else:
+                        held.append(batch)
+                        held_bytes += size
+                        if held_bytes >= self._min_batch_bytes:
+                            yield _merge(held)
+                            held, held_bytes = [], 0
+                if self._done:
+                    break
+        finally:
+            close = getattr(iterator, "close", None)
+            if close is not None:
+                close()
+        if held:
+            yield _merge(held)
+        self._finish()
+
+    # ------------------------------------------------------------------------------------------------------------
+
+    def _error(self, message: str) -> ArchiveError:
+        p = self._p
+        return ArchiveError(
+            f"recording {self._rid}: {message} (partition {p.index} [{p.start}, {p.end}), limit {p.limit})"
+        )
+
+    def _finish(self) -> None:
+        if self._pending is not None:
+            raise self._error(
+                f"the message beginning at position {self._pending.position} is incomplete at position "
+                f"{self._next_position}; was the recording truncated while being read?"
+            )
+        if not self._done and self._next_position < self._p.end:
+            raise self._error(
+                f"data ends at position {self._next_position}, before the partition end {self._p.end}; was the "
+                "recording truncated or purged while being read?"
+            )
+
+    def _check_header(self, chunk: memoryview, position: int) -> None:
+        if len(chunk) < HEADER_LENGTH:
+            return
+        term_offset = position & (self._term_length - 1)
+        term_id = compute_term_id_from_position(position, self._bits, self._initial_term_id)
+        _, _, _, _, frame_term_offset, _, frame_stream_id, frame_term_id, _ = HEADER_STRUCT.unpack_from(chunk, 0)
+        if frame_term_offset != term_offset or frame_term_id != term_id or frame_stream_id != self._stream_id:
+            raise self._error(
+                f"position {position} is not the start of a frame (header has termOffset={frame_term_offset} "
+                f"termId={frame_term_id} streamId={frame_stream_id}, expected termOffset={term_offset} "
+                f"termId={term_id} streamId={self._stream_id})"
+            )
+
+    def _chunk(self, chunk: memoryview, position: int, scan: FrameScan | None = None) -> pa.RecordBatch | None:
+        if position < self._next_position:
+            raise self._error(f"chunk at position {position} overlaps data already read up to {self._next_position}")
+        if position > self._next_position and not self._gap_is_padding(position):
+            raise self._error(f"gap in the data from position {self._next_position} to {position}")
+        self._check_header(chunk, position)
+        size = len(chunk)
+        if scan is None:
+            scan = scan_frames(chunk, 0, size, stop_at_padding=False)
+        chunk_end = position + scan.stop_offset
+        if scan.stop_offset >= size or scan.stop_reason is ScanStop.END:
+            pass  # whole frames up to the end of the chunk (a given scan may have looked past it)
+        elif (scan.stop_reason is ScanStop.INCOMPLETE and size - scan.stop_offset >= HEADER_LENGTH
+              and frame_type_at(chunk, scan.stop_offset) == HDR_TYPE_PAD):
+            chunk_end += align(scan.stop_frame_length, FRAME_ALIGNMENT)  # a PAD frame cut after its header
+        else:
+            raise self._error(f"no complete frame at position {position + scan.stop_offset}")
+        self._next_position = chunk_end
+        if scan.count == 0:
+            self._done = self._pending is None and chunk_end >= self._p.end
+            return None
+
+        offsets = scan.offsets
+        lengths = scan.lengths
+        flags = scan.flags
+        reserved = scan.reserved_values()
+        data = scan.types == HDR_TYPE_DATA
+        if not data.all():
+            offsets, lengths, flags, reserved = offsets[data], lengths[data], flags[data], reserved[data]
+        count = int(offsets.size)
+        positions = offsets + position
+
+        # Cut before the first message that begins at or after the partition end.
+        cut = count
+        k = int(np.searchsorted(positions, self._p.end, side="left"))
+        if k < count:
+            begins = np.flatnonzero(flags[k:] & BEGIN_FRAG_FLAG)
+            if begins.size:
+                cut = k + int(begins[0])
+                self._done = True
+
+        whole = (flags[:cut] & UNFRAGMENTED) == UNFRAGMENTED
+        if self._pending is None and bool(whole.all()):
+            if cut:
+                self._seen_begin = True
+            batch = self._build(chunk, positions[:cut], offsets[:cut], lengths[:cut], reserved[:cut], None)
+        else:
+            batch = self._build_mixed(chunk, positions[:cut], offsets[:cut], lengths[:cut], flags[:cut],
+                                      reserved[:cut], whole)
+        if not self._done and self._pending is None and chunk_end >= self._p.end:
+            self._done = True
+        return batch
+
+    def _gap_is_padding(self, position: int) -> bool:
+        """Chunks may omit the rest of a PAD frame, which always runs to the end of its term."""
+        term_offset = self._next_position & (self._term_length - 1)
+        return term_offset != 0 and position == self._next_position - term_offset + self._term_length
+
+    def _build_mixed(
+        self, chunk: memoryview, positions: np.ndarray, offsets: np.ndarray, lengths: np.ndarray,
+        flags: np.ndarray, reserved: np.ndarray, whole: np.ndarray,
+    ) -> pa.RecordBatch | None:
+        unfragmented = np.flatnonzero(whole)
+        first_whole = int(unfragmented[0]) if unfragmented.size else len(whole)
+        completed: list[tuple[int, int, bytes]] = []
+        open_ranges: list[tuple[int, int]] = []
+        open_from = 0 if self._pending is not None else -1
+        leading = not self._seen_begin
+        for i in np.flatnonzero(~whole).tolist():
+            frame_flags = int(flags[i])
+            offset = int(offsets[i])
+            payload = bytes(chunk[offset + HEADER_LENGTH: offset + int(lengths[i])])
+            if frame_flags & BEGIN_FRAG_FLAG:
+                if self._pending is not None:
+                    raise self._error(
+                        f"a message begins at position {int(positions[i])} while the one beginning at "
+                        f"{self._pending.position} is unfinished"
+                    )
+                self._pending = _Pending(int(positions[i]), int(reserved[i]), payload)
+                self._seen_begin = True
+                leading = False
+                open_from = i
+                continue
+            if self._pending is None:
+                if leading and i < first_whole:
+                    self.skipped_leading_fragments += 1
+                    continue
+                raise self._error(
+                    f"the fragment at position {int(positions[i])} continues a message whose first fragment is "
+                    "missing"
+                )
+            self._pending.parts.append(payload)
+            if frame_flags & END_FRAG_FLAG:
+                pending = self._pending
+                completed.append((pending.position, pending.reserved_value, b"".join(pending.parts)))
+                self._pending = None
+                open_ranges.append((open_from, i))
+                open_from = -1
+        if self._pending is not None:
+            open_ranges.append((open_from, len(whole)))
+        if unfragmented.size:
+            self._seen_begin = True
+            for a, b in open_ranges:
+                lo = int(np.searchsorted(unfragmented, a, side="right"))
+                if lo < unfragmented.size and unfragmented[lo] < b:
+                    raise self._error(
+                        f"an unfragmented message at position {int(positions[unfragmented[lo]])} lies inside a "
+                        "fragmented one"
+                    )
+
+        if not completed:
+            if not unfragmented.size:
+                return None
+            return self._build(chunk, positions[unfragmented], offsets[unfragmented], lengths[unfragmented],
+                               reserved[unfragmented], None)
+        frag_positions = np.array([c[0] for c in completed], dtype=np.int64)
+        frag_reserved = np.array([c[1] for c in completed], dtype=np.int64)
+        frag_values = pa.array([c[2] for c in completed], type=pa.binary())
+        all_positions = np.concatenate([positions[unfragmented], frag_positions])
+        all_reserved = np.concatenate([reserved[unfragmented], frag_reserved])
+        chunk_u8 = np.frombuffer(chunk, dtype=np.uint8)
+        values = pa.concat_arrays([
+            binary_column(chunk_u8, offsets[unfragmented] + HEADER_LENGTH, lengths[unfragmented] - HEADER_LENGTH),
+            frag_values,
+        ])
+        order = np.argsort(all_positions, kind="stable")
+        return self._build(chunk, all_positions[order], None, None, all_reserved[order], values.take(order))
+
+    def _build(
+        self, chunk: memoryview, positions: np.ndarray, offsets: np.ndarray | None, lengths: np.ndarray | None,
+        reserved: np.ndarray, values: pa.Array | None,
+    ) -> pa.RecordBatch:
+        n = int(positions.size)
+        if values is None:
+            assert offsets is not None and lengths is not None
+            values = binary_column(np.frombuffer(chunk, dtype=np.uint8), offsets + HEADER_LENGTH,
+                                   lengths.astype(np.int32) - HEADER_LENGTH)
+        positions = positions.astype(np.int64, copy=False)
+        columns: list[pa.Array] = [
+            pa.array(np.full(n, self._rid, dtype=np.int64)),
+            pa.array(positions),
+            pa.array(np.full(n, self._session_id, dtype=np.int32)),
+            pa.array(np.full(n, self._stream_id, dtype=np.int32)),
+            pa.array(reserved.astype(np.int64, copy=False)),
+            values,
+        ]
+        if self._payload is not None:
+            extra = self._payload.decode(values, positions, self._rid)
+            for field, array in zip(list(self._schema)[len(columns):], extra, strict=True):
+                columns.append(array if array.type == field.type else array.cast(field.type))
+        return pa.RecordBatch.from_arrays(columns, schema=self._schema)
+
+
+def _merge(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    if len(batches) == 1:
+        return batches[0]
+    table = pa.Table.from_batches(batches)
+    return pa.RecordBatch.from_arrays([column.combine_chunks() for column in table.columns], schema=table.schema)
+
+
+def decode_partition(
+    partition: AeronArchivePartition, source: ChunkSource, schema: pa.Schema, payload: PayloadDecoder | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Record batches of the messages `partition` owns, read through `source`."""
+    scanned = getattr(source, "iter_scanned_chunks", None)
+    chunks = scanned(partition) if scanned is not None else source.iter_chunks(partition)
+    decoder = PartitionDecoder(partition, schema, payload)
+    yield from decoder.batches(chunks)
+    log.debug("recording %d partition %d [%d, %d): %d rows, %d leading fragments skipped", partition.recording_id,
+              partition.index, partition.start, partition.end, decoder.rows, decoder.skipped_leading_fragments)

@@ -1,0 +1,460 @@
+"""`RecordingSource`: what the driver-side planner asks of "where the recordings are", for both locations.
+
+- `DiskRecordingSource` (`archiveDir`): the catalog is opened read-only afresh for every question (it is small and
+  memory-mapped; the archive may be writing it), never written. An active recording's end is its `rec-pos` counter
+  when a media driver is reachable on this host (`aeronDir`, or the default directory if a driver runs there);
+  otherwise it is the end of the last complete frame found by scanning forward in its last segment file. That scan
+  is safe because the recorder appends whole blocks with one `pwrite` each and executors read the range only
+  after planning, but it cannot tell an idle live recording from a stopped one until the catalog says so.
+- `RemoteRecordingSource` (running archive): descriptors and positions through the control protocol; an active
+  recording's end is read from its `rec-pos` counter when the archive's counters are visible in the local media
+  driver (same host), else with `RecordingPositionRequest`.
+
+Both clamp ends to message boundaries: an end offset must never fall inside a fragmented message, because the next
+micro-batch starts there. `boundary_at_or_before` scans forward from a known boundary (or a term start, which
+Aeron's appenders never let a message straddle) through the same `ChunkSource` executors use, and results are
+cached per recording, so a trigger re-reads at most the new tail.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from archive.constants import NULL_COUNTER_ID, NULL_POSITION
+from archive.descriptor import RecordingDescriptor
+from archive.exceptions import ArchiveError
+from archive.storage.frames import (
+    END_FRAG_FLAG,
+    BEGIN_FRAG_FLAG,
+    HDR_TYPE_DATA,
+    HDR_TYPE_PAD,
+    ScanStop,
+    scan_frames,
+)
+from connector.options import ConnectionOptions, OptionError, SourceOptions
+from connector.source.chunks import ChunkSource, DiskChunkSource
+from connector.source.partition import AeronArchivePartition, RecordingFacts
+
+log = logging.getLogger(__name__)
+
+# Boundary scans need only the frames near one position: small chunks keep them cheap.
+_SCAN_CHUNK = 256 * 1024
+_TAIL_CHUNK = 1024 * 1024
+
+
+class RecordingNotFoundError(LookupError):
+    """A selected recording does not exist (or no longer exists) at the location."""
+
+
+def facts_of(descriptor: RecordingDescriptor) -> RecordingFacts:
+    return RecordingFacts(
+        recording_id=descriptor.recording_id,
+        start_position=descriptor.start_position,
+        term_length=descriptor.term_buffer_length,
+        segment_length=descriptor.segment_file_length,
+        initial_term_id=descriptor.initial_term_id,
+        session_id=descriptor.session_id,
+        stream_id=descriptor.stream_id,
+        mtu_length=descriptor.mtu_length,
+    )
+
+
+def matches_subscription(descriptor: RecordingDescriptor, channel: str, stream_id: int) -> bool:
+    """Aeron's ListRecordingsForUri rule: same stream id, original channel contains the fragment."""
+    return descriptor.stream_id == stream_id and channel in descriptor.original_channel
+
+
+class RecordingSource(ABC):
+    """Descriptors, ends and start positions of the selected recordings at one location."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        # recording id -> (recorded end, safe end) of the last clamp: a trigger re-scans only when the end moved.
+        self._clamped: dict[int, tuple[int, int]] = {}
+
+    # -- location specific -----------------------------------------------------------------------------------
+
+    @abstractmethod
+    def describe(self) -> str:
+        """The location, for messages."""
+
+    @abstractmethod
+    def list_selected(self) -> dict[int, RecordingDescriptor]:
+        """Fresh descriptors of the selected recordings that exist, by id (ids the selection names may be missing)."""
+
+    @abstractmethod
+    def recorded_end(self, descriptor: RecordingDescriptor) -> int:
+        """How far the recording is recorded now: its stop position, or an active recording's live position."""
+
+    @abstractmethod
+    def chunk_source(self) -> ChunkSource:
+        """The reader used for boundary scans on the driver (the same kind executors use)."""
+
+    @abstractmethod
+    def partition_location(self) -> tuple[str | None, ConnectionOptions | None]:
+        """(archive_dir, connection) for partitions."""
+
+    def close(self) -> None:
+        """Release connections and clients."""
+
+    # -- generic ---------------------------------------------------------------------------------------------
+
+    def selected(self) -> dict[int, RecordingDescriptor]:
+        """The selected recordings by id, ascending; explicitly named ids that do not exist raise."""
+        found = self.list_selected()
+        ids = self.options.selection.recording_ids
+        if ids is not None:
+            missing = [rid for rid in ids if rid not in found]
+            if missing:
+                raise RecordingNotFoundError(f"recording {missing[0]} not found in the {self.describe()}")
+        return dict(sorted(found.items()))
+
+    def safe_end(self, descriptor: RecordingDescriptor, known_boundary: int | None = None) -> int:
+        """The recorded end clamped back to the end of the last complete message."""
+        rid = descriptor.recording_id
+        raw = self.recorded_end(descriptor)
+        if raw <= descriptor.start_position:
+            return descriptor.start_position
+        cached = self._clamped.get(rid)
+        if cached is not None and cached[0] == raw:
+            return cached[1]
+        floor = descriptor.start_position
+        for hint in (known_boundary, cached[1] if cached else None):
+            if hint is not None and floor < hint <= raw:
+                floor = hint
+        safe = self.boundary_at_or_before(descriptor, raw, floor, raw)
+        self._clamped[rid] = (raw, safe)
+        if safe != raw:
+            log.debug("recording %d: end %d clamped to message boundary %d", rid, raw, safe)
+        return safe
+
+    def _partition(self, descriptor: RecordingDescriptor, start: int, end: int, limit: int) -> AeronArchivePartition:
+        archive_dir, connection = self.partition_location()
+        return AeronArchivePartition(-1, facts_of(descriptor), start, end, limit, archive_dir, connection)
+
+    def _chunks(self, descriptor: RecordingDescriptor, start: int, limit: int) -> Iterator[tuple[memoryview, int]]:
+        return self.chunk_source().iter_chunks(self._partition(descriptor, start, limit, limit))
+
+    def boundary_at_or_before(self, descriptor: RecordingDescriptor, cut: int, floor: int, limit: int) -> int:
+        """The last message boundary <= `cut`, not below `floor` (itself a boundary); `limit` bounds reads.
+
+        Scans from the start of `cut`'s term (a message boundary in practice: Aeron never lets a message straddle
+        terms) and steps back a term at a time while that finds none, down to `floor`.
+        """
+        if cut <= floor:
+            return floor
+        term_length = descriptor.term_buffer_length
+        term_start = (cut - 1) - ((cut - 1) & (term_length - 1))
+        while True:
+            begin = max(floor, term_start)
+            found = _last_boundary(self._chunks(descriptor, begin, limit), begin, cut, begin == floor)
+            if found is not None:
+                return found
+            if begin == floor:
+                return floor
+            term_start -= term_length
+
+    def first_boundary_after(self, descriptor: RecordingDescriptor, start: int, limit: int) -> int:
+        """The end of the first complete message after `start` (a boundary), or `limit` if none ends before it."""
+        if start >= limit:
+            return limit
+        found = _first_boundary(self._chunks(descriptor, start, limit), start)
+        return limit if found is None or found > limit else found
+
+
+def _last_boundary(chunks: Iterator[tuple[memoryview, int]], begin: int, cut: int, begin_is_boundary: bool
+                   ) -> int | None:
+    """The last position <= `cut` where no message is open, scanning frames from `begin`.
+
+    A boundary is the end of a DATA frame with the END flag, or the end of padding while no message is open.
+    """
+    boundary: int | None = begin if begin_is_boundary else None
+    open_: bool | None = False if begin_is_boundary else None
+    try:
+        for chunk, position in chunks:
+            if position >= cut:
+                break
+            if open_ is False:
+                boundary = position  # no message open: the next chunk (after any padding) starts at a boundary
+            scan = scan_frames(chunk, 0, len(chunk), stop_at_padding=False)
+            if scan.count:
+                ends = position + scan.offsets + scan.aligned_lengths
+                n = int(np.searchsorted(ends, cut, side="right"))
+                if n:
+                    types = scan.types[:n]
+                    flags = scan.flags[:n]
+                    data = types == HDR_TYPE_DATA
+                    closing = np.flatnonzero(data & ((flags & END_FRAG_FLAG) != 0))
+                    if closing.size:
+                        last = int(closing[-1])
+                        boundary, open_ = int(ends[last]), False
+                        after = np.flatnonzero(data[last + 1:])
+                        if after.size:
+                            first = last + 1 + int(after[0])
+                            boundary = int(ends[first - 1])  # past any padding before the next message
+                            open_ = True
+                        elif last + 1 < n:
+                            boundary = int(ends[n - 1])  # only padding after the last complete message
+                    elif open_ is False:
+                        first_data = np.flatnonzero(data)
+                        if first_data.size:
+                            if first_data[0] > 0:
+                                boundary = int(ends[first_data[0] - 1])
+                            open_ = True
+                        else:
+                            boundary = int(ends[n - 1])
+                    elif open_ is None and bool((data & ((flags & BEGIN_FRAG_FLAG) != 0)).any()):
+                        open_ = True
+                if n < scan.count:
+                    break
+            if scan.stop_reason is ScanStop.ZERO_LENGTH:
+                break
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+    return boundary
+
+
+def _first_boundary(chunks: Iterator[tuple[memoryview, int]], start: int) -> int | None:
+    open_ = False
+    try:
+        for chunk, position in chunks:
+            if position > start and not open_:
+                return position  # the previous chunk ended with padding: this one starts a message
+            scan = scan_frames(chunk, 0, len(chunk), stop_at_padding=False)
+            if scan.count:
+                ends = position + scan.offsets + scan.aligned_lengths
+                data = scan.types == HDR_TYPE_DATA
+                closing = np.flatnonzero(data & ((scan.flags & END_FRAG_FLAG) != 0))
+                if not open_:
+                    pads = np.flatnonzero(scan.types == HDR_TYPE_PAD)
+                    first_data = np.flatnonzero(data)
+                    if pads.size and (not first_data.size or pads[0] < first_data[0]):
+                        return int(ends[pads[0]])
+                if closing.size:
+                    return int(ends[closing[0]])
+                if data.any():
+                    open_ = True
+            if scan.stop_reason is ScanStop.ZERO_LENGTH:
+                break
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class _Counters:
+    """rec-pos counter reads through a media driver on this host (lazy; absent when no driver runs here)."""
+
+    def __init__(self, aeron_dir: str | None, required: bool, client: Any = None) -> None:
+        """`client`: an existing AeronClient to read through (not closed here)."""
+        self._aeron_dir = aeron_dir
+        self._required = required
+        self._client: Any = client
+        self._owns_client = client is None
+        self._failed = False
+        self._ids: dict[int, int] = {}
+
+    def reader(self) -> Any:
+        if self._client is None and not self._failed:
+            from archive.client.aeron_archive import default_aeron_dir
+            from archive.native import AeronClient
+
+            directory = self._aeron_dir or default_aeron_dir()
+            if not self._required and not os.path.exists(os.path.join(directory, "cnc.dat")):
+                self._failed = True
+                return None
+            try:
+                self._client = AeronClient(directory, client_name="aeron-archive-spark-counters",
+                                           driver_timeout_ms=5_000)
+            except Exception as ex:
+                if self._required:
+                    raise OptionError(f"option aeronDir: no media driver reachable at {directory}: {ex}") from ex
+                log.debug("no media driver at %s, active recordings are tailed by scanning: %s", directory, ex)
+                self._failed = True
+        return None if self._client is None else self._client.counters_reader
+
+    def position(self, descriptor: RecordingDescriptor, archive_id: int = -1) -> int | None:
+        """The live rec-pos of an active recording, or None if no matching counter is allocated."""
+        from archive import recording_pos
+
+        reader = self.reader()
+        if reader is None:
+            return None
+        rid = descriptor.recording_id
+        counter_id = self._ids.get(rid, NULL_COUNTER_ID)
+        if counter_id == NULL_COUNTER_ID or not recording_pos.is_active(reader, counter_id, rid):
+            counter_id = recording_pos.find_counter_id_by_recording(reader, rid, archive_id)
+            if counter_id == NULL_COUNTER_ID:
+                return None
+            key = recording_pos.decode_key(reader.key(counter_id))
+            if key[1] != descriptor.session_id or key[2] != descriptor.source_identity[: len(key[2])]:
+                return None  # another archive's recording with the same id on this driver
+            self._ids[rid] = counter_id
+        value = int(reader.get(counter_id))
+        if not recording_pos.is_active(reader, counter_id, rid):
+            return None  # freed (recording stopped) while reading: the caller falls back to the descriptor
+        return value
+
+    def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None and self._owns_client:
+            client.close()
+
+
+class DiskRecordingSource(RecordingSource):
+    """Recordings in `archiveDir`, read straight from the catalog and segment files."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        super().__init__(options)
+        assert options.archive_dir is not None
+        self.archive_dir = options.archive_dir
+        from archive.constants import CATALOG_FILE_NAME
+
+        if not os.path.isfile(os.path.join(self.archive_dir, CATALOG_FILE_NAME)):
+            raise OptionError(f"option archiveDir: no {CATALOG_FILE_NAME} in {self.archive_dir}")
+        self._counters = _Counters(options.aeron_dir, required=options.aeron_dir is not None)
+        self._tail: dict[int, int] = {}
+        self._chunk_source = DiskChunkSource(_SCAN_CHUNK)
+
+    def describe(self) -> str:
+        return f"archive directory {self.archive_dir} (archiveDir)"
+
+    def _catalog(self) -> Any:
+        from archive.storage.catalog import Catalog
+
+        try:
+            return Catalog(self.archive_dir, writable=False)
+        except ArchiveError as ex:
+            raise OptionError(f"option archiveDir: cannot read the catalog of {self.archive_dir}: {ex}") from ex
+
+    def list_selected(self) -> dict[int, RecordingDescriptor]:
+        selection = self.options.selection
+        with self._catalog() as catalog:
+            if selection.recording_ids is not None:
+                found = (catalog.find(rid) for rid in selection.recording_ids)
+                return {d.recording_id: d for d in found if d is not None}
+            assert selection.channel is not None and selection.stream_id is not None
+            return {d.recording_id: d for d in catalog.descriptors()
+                    if matches_subscription(d, selection.channel, selection.stream_id)}
+
+    def recorded_end(self, descriptor: RecordingDescriptor) -> int:
+        if not descriptor.is_active:
+            return descriptor.stop_position
+        live = self._counters.position(descriptor)
+        if live is not None:
+            return live
+        with self._catalog() as catalog:  # stopped meanwhile?
+            fresh = catalog.find(descriptor.recording_id)
+        if fresh is not None and not fresh.is_active:
+            return fresh.stop_position
+        return self._scan_tail(descriptor)
+
+    def _scan_tail(self, descriptor: RecordingDescriptor) -> int:
+        """End of the last complete frame, scanning forward from the last known end (or the start)."""
+        from archive.storage.recording_reader import RecordingReader
+
+        rid = descriptor.recording_id
+        position = max(self._tail.get(rid, descriptor.start_position), descriptor.start_position)
+        buffer = bytearray(_TAIL_CHUNK)
+        with RecordingReader.for_descriptor(self.archive_dir, descriptor) as reader:
+            while True:
+                if not reader.segment_exists(position):
+                    break
+                n = reader.read_into(buffer, position, _TAIL_CHUNK)
+                if n <= 0:
+                    break
+                scan = scan_frames(memoryview(buffer)[:n], 0, n, stop_at_padding=False)
+                position += scan.stop_offset
+                if scan.stop_reason is ScanStop.ZERO_LENGTH or scan.stop_offset == 0:
+                    break  # not written yet, or a frame not wholly written
+        self._tail[rid] = position
+        return position
+
+    def chunk_source(self) -> ChunkSource:
+        return self._chunk_source
+
+    def partition_location(self) -> tuple[str | None, ConnectionOptions | None]:
+        return self.archive_dir, None
+
+    def close(self) -> None:
+        self._counters.close()
+
+
+class RemoteRecordingSource(RecordingSource):
+    """Recordings of a running archive, through the control protocol (and local counters when visible)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        super().__init__(options)
+        assert options.connection is not None
+        self.connection = options.connection
+        self._archive: Any = None
+        self._chunk_source: ChunkSource | None = None
+        self._counters: _Counters | None = None
+
+    def describe(self) -> str:
+        return self.connection.describe()
+
+    @property
+    def archive(self) -> Any:
+        if self._archive is None:
+            self._archive = self.connection.connect("aeron-archive-spark-planner")
+        return self._archive
+
+    def list_selected(self) -> dict[int, RecordingDescriptor]:
+        selection = self.options.selection
+        if selection.recording_ids is not None:
+            found = (self.archive.list_recording(rid) for rid in selection.recording_ids)
+            return {d.recording_id: d for d in found if d is not None}
+        assert selection.channel is not None and selection.stream_id is not None
+        listed = self.archive.list_recordings_for_uri(0, 2**31 - 1, selection.channel, selection.stream_id)
+        return {d.recording_id: d for d in listed}
+
+    def recorded_end(self, descriptor: RecordingDescriptor) -> int:
+        if not descriptor.is_active:
+            return descriptor.stop_position
+        archive = self.archive
+        if self._counters is None:
+            self._counters = _Counters(archive.aeron.aeron_dir, required=False, client=archive.aeron)
+        live = self._counters.position(descriptor, archive.archive_id())
+        if live is not None:
+            return live
+        live = archive.get_recording_position(descriptor.recording_id)
+        if live != NULL_POSITION:
+            return int(live)
+        return int(archive.get_stop_position(descriptor.recording_id))
+
+    def chunk_source(self) -> ChunkSource:
+        if self._chunk_source is None:
+            from connector.source.replay_fetch import ReplayChunkSource
+
+            self._chunk_source = ReplayChunkSource()
+        return self._chunk_source
+
+    def partition_location(self) -> tuple[str | None, ConnectionOptions | None]:
+        return None, self.connection
+
+    def close(self) -> None:
+        if self._counters is not None:
+            self._counters.close()
+            self._counters = None
+        archive, self._archive = self._archive, None
+        if archive is not None:
+            archive.close()
+
+
+def open_recording_source(options: SourceOptions) -> RecordingSource:
+    if options.archive_dir is not None:
+        return DiskRecordingSource(options)
+    return RemoteRecordingSource(options)

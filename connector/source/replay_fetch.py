@@ -1,0 +1,334 @@
+"""Remote read path: a partition's frames fetched as bounded replays from a running archive (no shared disk).
+
+Used when the options name a running archive and no `archiveDir`. Each partition read, on the executor:
+
+1. takes this process's Aeron client (`connector.executor_aeron`: the host's media driver, or one embedded driver)
+   and opens its own control session to the archive (`AeronArchive.connect`);
+2. replays `[start, end + SLACK)` (capped at `limit`) on `replayChannel`/`replayStreamId`. The archive sends
+   every frame that *starts* before the replay limit whole, so unfragmented messages never need more. If the
+   caller still iterates when that replay is done (the last message is fragmented past the bound), it replays on
+   from the exact position reached, in growing steps (`CONTINUATION_LENGTH`, doubling) up to `limit`;
+3. block-polls the replay image and copies whole frames into a reusable chunk buffer (the zero-copy block is
+   only valid inside the poll callback), yielding `(chunk, position)` with the position computed from each
+   block's term id / term offset and the image's initial term id and term length (replay positions equal
+   recording positions); a gap or overlap is an error, never silently skipped. Replay rewrites every frame's
+   session id and stream id to its own; they are put back (recording's values) so chunks equal the segment files.
+
+Back pressure: the image is polled only when the caller asks for the next chunk, so a slow consumer back-pressures
+the archive's replay publication (flow control), never drops data. Liveness: if no frame arrives for the message
+timeout (`messageTimeout`) while the caller waits, or the replay image ends early, the read fails naming the
+recording, position, replay channel and archive. Cleanup: the active replay is stopped (`stop_replay`) and the
+subscription and control session are closed in a `finally`, also when the caller stops iterating early.
+
+Channels: with a UDP endpoint of port 0 (the default `aeron:udp?endpoint=localhost:0`) the subscription is added
+first and its bound port resolved before the replay request (one ephemeral port per read, so only this replay
+arrives there); otherwise (IPC, a fixed port) the subscription is added after the request, filtered with
+`session-id=(int)replaySessionId` so concurrent reads on the same driver never see (or slow down) each other's
+replays. See `connector.executor_aeron` for remote hosts (`0.0.0.0` endpoints).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from archive.channel import ChannelUri, add_session_id
+from archive.exceptions import ArchiveError
+from archive.storage.frames import (
+    HDR_TYPE_PAD,
+    HEADER_LENGTH,
+    TERM_OFFSET_FIELD_OFFSET,
+    TYPE_FIELD_OFFSET,
+    ScanStop,
+    compute_position,
+    rewrite_session_and_stream,
+    scan_frames,
+    to_int32,
+)
+from connector import executor_aeron
+from connector.source.chunks import CHUNK_LENGTH
+
+if TYPE_CHECKING:
+    from archive.client.aeron_archive import AeronArchive
+    from archive.native import AeronClient, Image, Subscription
+    from connector.options import ConnectionOptions
+    from connector.source.partition import AeronArchivePartition
+
+log = logging.getLogger(__name__)
+
+# Replayed beyond the partition end up front, so a modest fragmented message ending past `end` needs no second
+# replay; small next to a partition, and never past `limit`.
+SLACK = 64 * 1024
+# First continuation replay length (doubles each time), for messages fragmented far past the partition end.
+CONTINUATION_LENGTH = 1024 * 1024
+# How often the control session is polled while fetching: replay errors arrive there, and polling keeps the
+# archive's control response publication drained.
+CONTROL_POLL_INTERVAL_S = 0.2
+# How long to wait for the archive's error response once a replay image ended early.
+ERROR_GRACE_S = 1.0
+
+_TERM_OFFSET = struct.Struct("<i")
+
+
+class ReplayFetchError(RuntimeError):
+    """A remote read failed; the text names the recording, the position, the replay channel and the archive."""
+
+
+class ReplayChunkSource:
+    """`ChunkSource` over bounded replays from a running archive (see the module docstring)."""
+
+    def __init__(self, chunk_length: int = CHUNK_LENGTH, stall_timeout_s: float | None = None) -> None:
+        self._chunk_length = chunk_length
+        self._stall_timeout_s = stall_timeout_s
+
+    def iter_chunks(self, partition: AeronArchivePartition) -> Iterator[tuple[memoryview, int]]:
+        connection = partition.connection
+        if connection is None:
+            raise ValueError(f"partition {partition.index} of recording {partition.recording_id} has no archive "
+                             "connection options (it reads archiveDir)")
+        if partition.start >= partition.limit:
+            return
+        fetch = _ReplayFetch(partition, connection, self._chunk_length, self._stall_timeout_s)
+        try:
+            yield from fetch.chunks()
+        finally:
+            fetch.close()
+
+
+class _ReplayFetch:
+    """The state of one partition read: control session, current replay, subscription, chunk buffer."""
+
+    def __init__(self, partition: AeronArchivePartition, connection: ConnectionOptions, chunk_length: int,
+                 stall_timeout_s: float | None) -> None:
+        self.recording_id = partition.recording_id
+        self.session_id = partition.recording.session_id
+        self.recording_stream_id = partition.recording.stream_id
+        self.start = partition.start
+        self.end = partition.end
+        self.limit = partition.limit
+        self.connection = connection
+        self.timeout_s = stall_timeout_s if stall_timeout_s is not None else connection.message_timeout_ms / 1000.0
+        self.channel = executor_aeron.localize_channel(connection.replay_channel)
+        self.stream_id = connection.replay_stream_id
+        uri = ChannelUri.parse(self.channel)
+        self.wildcard_port = uri.is_udp and (uri.get("endpoint") or "").endswith(":0")
+        self.chunk_length = chunk_length
+        self.client: AeronClient | None = None
+        self.archive: AeronArchive | None = None
+        self.subscription: Subscription | None = None
+        self.request_channel = self.channel
+        self.replay_session_id: int | None = None
+        self.replay_active = False
+        self.position = self.start  # next byte expected
+        self._next_control_poll = 0.0
+
+    # ---- description for errors ------------------------------------------------------------------------------
+
+    def where(self, position: int | None = None) -> str:
+        at = self.position if position is None else position
+        driver = self.client.aeron_dir if self.client is not None else self.connection.aeron_dir or "default"
+        return (f"recording {self.recording_id} at position {at} (partition [{self.start}, {self.end}) limit "
+                f"{self.limit}; replay channel {self.request_channel} stream {self.stream_id}; archive control "
+                f"channel {self.connection.control_channel} stream {self.connection.control_stream_id}; media "
+                f"driver {driver})")
+
+    # ---- lifecycle --------------------------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        from archive.client.aeron_archive import AeronArchive
+
+        c = self.connection
+        try:
+            self.client = executor_aeron.aeron_client(c.aeron_dir)
+            self.archive = AeronArchive.connect(
+                control_request_channel=c.control_channel, control_request_stream_id=c.control_stream_id,
+                control_response_channel=executor_aeron.localize_channel(c.control_response_channel),
+                control_response_stream_id=c.control_response_stream_id, aeron=self.client,
+                message_timeout_s=c.message_timeout_ms / 1000.0, client_name="aeron-archive-spark-replay")
+        except Exception as ex:
+            raise ReplayFetchError(f"cannot reach the archive to replay {self.where()}: {ex}") from ex
+        if self.wildcard_port:
+            # One ephemeral port per read: bind first, then tell the archive the resolved endpoint.
+            self.subscription = self._add_subscription(self.channel)
+            resolved = self.subscription.try_resolve_channel_endpoint_port(timeout_s=self.timeout_s)
+            if resolved is None:
+                raise ReplayFetchError(f"could not resolve the port of replay channel {self.channel} within "
+                                       f"{self.timeout_s:.1f}s for {self.where()}")
+            self.request_channel = resolved
+
+    def _add_subscription(self, channel: str) -> Subscription:
+        assert self.client is not None
+        try:
+            return self.client.add_subscription(channel, self.stream_id)
+        except Exception as ex:
+            raise ReplayFetchError(f"cannot subscribe to replay channel {channel} stream {self.stream_id} for "
+                                   f"{self.where()}: {ex}") from ex
+
+    def start_replay(self, position: int, length: int) -> Image:
+        """Start a replay of `[position, position + length)` and return its image once connected."""
+        assert self.archive is not None
+        try:
+            self.replay_session_id = self.archive.start_replay(self.recording_id, position, length,
+                                                               self.request_channel, self.stream_id)
+        except ArchiveError as ex:
+            raise ReplayFetchError(f"the archive refused to replay {length} bytes of {self.where(position)}: "
+                                   f"{ex}") from ex
+        self.replay_active = True
+        session_id = to_int32(self.replay_session_id)
+        if not self.wildcard_port:
+            if self.subscription is not None:
+                self.subscription.close()
+            self.subscription = self._add_subscription(add_session_id(self.channel, session_id))
+        assert self.subscription is not None
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            image = self.subscription.image_by_session_id(session_id)
+            if image is not None:
+                log.debug("replay %d of recording %d connected: [%d, %d) on %s", self.replay_session_id,
+                          self.recording_id, position, position + length, self.request_channel)
+                return image
+            self._poll_control(force=False)
+            if time.monotonic() > deadline:
+                raise ReplayFetchError(f"replay image (session {session_id}) did not connect within "
+                                       f"{self.timeout_s:.1f}s for {self.where(position)}")
+            time.sleep(0.0005)
+
+    def _poll_control(self, force: bool) -> None:
+        """Drain the control session (pings, signals); an error response for this session raises."""
+        now = time.monotonic()
+        if not force and now < self._next_control_poll:
+            return
+        self._next_control_poll = now + CONTROL_POLL_INTERVAL_S
+        assert self.archive is not None
+        try:
+            self.archive.poll_for_recording_signals()
+        except ArchiveError as ex:
+            raise ReplayFetchError(f"the archive failed or went away during the replay of {self.where()}: {ex}") from ex
+
+    def close(self) -> None:
+        """Stop the replay if it is still running, then release the subscription and the control session."""
+        archive, self.archive = self.archive, None
+        try:
+            if archive is not None and self.replay_active and self.replay_session_id is not None:
+                try:
+                    archive.stop_replay(self.replay_session_id)
+                    log.debug("stopped replay %d of recording %d at position %d", self.replay_session_id,
+                              self.recording_id, self.position)
+                except Exception as ex:
+                    log.warning("could not stop replay %d of %s: %s", self.replay_session_id, self.where(), ex)
+                self.replay_active = False
+        finally:
+            if self.subscription is not None:
+                self.subscription.close()
+                self.subscription = None
+            if archive is not None:
+                archive.close()
+
+    # ---- fetching ---------------------------------------------------------------------------------------------
+
+    def chunks(self) -> Iterator[tuple[memoryview, int]]:
+        self.connect()
+        buffer = bytearray(self.chunk_length)
+        view = memoryview(buffer)
+        fill = 0
+        chunk_position = self.position
+        segment_limit = min(self.limit, max(self.end, self.start + 32) + SLACK)
+        continuation = CONTINUATION_LENGTH
+        while True:
+            image = self.start_replay(self.position, segment_limit - self.position)
+            bits = image.position_bits_to_shift
+            initial_term_id = image.initial_term_id
+
+            def on_block(block: memoryview, _session_id: int, term_id: int) -> None:
+                nonlocal fill, cut
+                term_offset = _TERM_OFFSET.unpack_from(block, TERM_OFFSET_FIELD_OFFSET)[0]
+                block_position = compute_position(term_id, term_offset, bits, initial_term_id)
+                if block_position != self.position:
+                    raise ReplayFetchError(f"replay delivered frames at position {block_position}, expected "
+                                           f"{self.position}, for {self.where()}")
+                n = len(block)
+                if fill + n > self.chunk_length:
+                    # Only a PAD frame comes whole past the poll's length limit (it runs to the term end): keep
+                    # its header if it fits, and end the chunk there, as the ChunkSource contract allows.
+                    if block[TYPE_FIELD_OFFSET] != HDR_TYPE_PAD:
+                        raise ReplayFetchError(f"replay delivered a {n}-byte block of data frames beyond the "
+                                               f"requested length at {self.where()}")
+                    if self.chunk_length - fill >= HEADER_LENGTH:
+                        view[fill:fill + HEADER_LENGTH] = block[:HEADER_LENGTH]
+                        fill += HEADER_LENGTH
+                    cut = True
+                else:
+                    view[fill:fill + n] = block
+                    fill += n
+                self.position += n
+
+            last_progress = time.monotonic()
+            idle = 0
+            cut = False
+            while self.position < segment_limit:
+                space = min(self.chunk_length - fill, self.limit - self.position)
+                got = image.block_poll(on_block, space) if space > 0 else 0
+                if cut:  # a PAD frame was cut short: the next chunk starts after it
+                    if fill > 0:
+                        yield self.as_recorded(view[:fill]), chunk_position
+                    chunk_position, fill, cut = self.position, 0, False
+                    last_progress = time.monotonic()
+                    continue
+                if got > 0:
+                    idle = 0
+                    last_progress = time.monotonic()
+                    self._poll_control(force=False)
+                    continue
+                if fill > 0:  # caught up with the replay, or the buffer is full: hand over what we have
+                    yield self.as_recorded(view[:fill]), chunk_position
+                    chunk_position, fill = self.position, 0
+                    last_progress = time.monotonic()  # time spent by the consumer is not a stall
+                    continue
+                self._poll_control(force=False)
+                if image.is_end_of_stream or image.is_closed:
+                    self._replay_ended_early(image)
+                if time.monotonic() - last_progress > self.timeout_s:
+                    raise ReplayFetchError(f"replay stalled: no data for {self.timeout_s:.1f}s at {self.where()}")
+                idle += 1
+                if idle > 100:
+                    time.sleep(0.0002 if idle < 1000 else 0.001)
+            # This replay sent everything it was asked for and ends by itself.
+            self.replay_active = False
+            image.close()
+            if self.position >= self.limit:
+                break
+            segment_limit = min(self.limit, self.position + continuation)
+            continuation *= 2
+            log.debug("recording %d: continuing the replay at position %d to %d", self.recording_id,
+                      self.position, segment_limit)
+        if fill > 0:
+            yield self.as_recorded(view[:fill]), chunk_position
+
+    def as_recorded(self, chunk: memoryview) -> memoryview:
+        """Put the recording's session id and stream id back into every frame header (replay rewrote them).
+
+        Chunks then hold the frames exactly as the segment files do (bar a CRC kept in the session id field by
+        recordings made with record checksums), whichever path read them; one vectorised scan and scatter.
+        """
+        scan = scan_frames(chunk, 0, len(chunk), stop_at_padding=False)
+        offsets = scan.offsets
+        if scan.stop_reason is ScanStop.INCOMPLETE and len(chunk) - scan.stop_offset >= HEADER_LENGTH:
+            offsets = np.append(offsets, scan.stop_offset)  # a PAD frame cut after its header
+        rewrite_session_and_stream(chunk, offsets, self.session_id, self.recording_stream_id)
+        return chunk
+
+    def _replay_ended_early(self, image: Image) -> None:
+        """The replay image went away before the requested range: report the archive's reason if it sends one."""
+        self.replay_active = False
+        deadline = time.monotonic() + ERROR_GRACE_S
+        while time.monotonic() < deadline:
+            self._poll_control(force=True)
+            time.sleep(0.01)
+        state = "ended (end of stream)" if image.is_end_of_stream else "closed"
+        raise ReplayFetchError(f"replay image {state} before the requested range was delivered, at {self.where()}; "
+                               "the archive may have stopped, or the recording been truncated")

@@ -1,0 +1,205 @@
+"""`spark.readStream.format("aeron-archive")`: micro-batches over recording positions, tailing live recordings.
+
+Call order (PySpark 4.3, see docs): `initialOffset` only for a new checkpoint (twice: memoized), then per trigger
+`latestOffset(start, limit)` -> `reportLatestOffset` -> `partitions(start, end)`, with `commit(end)` lagging one
+batch. A restarted query replays its last planned batch straight through `partitions(start, end)` with the
+checkpointed offsets, so `partitions` depends on its arguments only (plus descriptor facts that never change).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from archive.descriptor import RecordingDescriptor
+from connector.source.batch_reader import DataLossError, resolve_start
+from connector.source.location import facts_of
+from connector.source.planning import from_offset, plan_partitions, to_offset
+from connector.source.reader import ReaderBase
+
+log = logging.getLogger(__name__)
+
+
+def share_budget(needs: Mapping[int, int], budget: int) -> dict[int, int]:
+    """Split `budget` bytes fairly (water-filling): small needs are met in full, the rest share equally."""
+    shares: dict[int, int] = {}
+    remaining = budget
+    pending = sorted(needs.items(), key=lambda item: (item[1], item[0]))
+    for index, (rid, need) in enumerate(pending):
+        share = remaining // (len(pending) - index)
+        take = min(need, share)
+        shares[rid] = take
+        remaining -= take
+    return shares
+
+
+class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets `{"<recordingId>": position}`; admission control by bytes; AvailableNow with a fixed target."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        self._setup(options, schema, streaming=True)
+        self._initial: dict[str, int] | None = None
+        self._latest: dict[str, int] | None = None
+        self._target: dict[int, int] | None = None
+        self._descriptors: dict[int, RecordingDescriptor] = {}
+        self._last_trigger = time.monotonic()
+
+    # -- offsets ---------------------------------------------------------------------------------------------
+
+    def initialOffset(self) -> dict[str, int]:
+        if self._initial is None:
+            options = self.options
+            source = self.source
+            positions = {}
+            for rid, descriptor in source.selected().items():
+                end = source.safe_end(descriptor)
+                positions[rid] = resolve_start(source, descriptor, options.starting.for_recording(rid), end,
+                                               "startingPosition", options.fail_on_data_loss)
+            self._initial = to_offset(positions)
+            log.info("initial offset of %s in the %s: %s", options.selection.describe(), source.describe(),
+                     self._initial)
+        return self._initial
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(self.options.max_bytes_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Fix the end of the AvailableNow run: what is recorded now; later data and recordings wait."""
+        source = self.source
+        self._target = {rid: source.safe_end(d) for rid, d in source.selected().items()}
+        log.info("Trigger.AvailableNow: reading %s up to %s", self.options.selection.describe(),
+                 to_offset(self._target))
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        starts = from_offset(start, "start offset")
+        source = self.source
+        listed = source.list_selected()
+        self._descriptors = listed
+        explicit = self.options.selection.recording_ids
+        ids = set(listed) | set(starts)
+        if explicit is not None:
+            dropped = sorted(rid for rid in starts if rid not in explicit)
+            if dropped:
+                log.warning("recording %d is in the checkpoint but not selected by %s; it is no longer read",
+                            dropped[0], self.options.selection.describe())
+            ids &= set(explicit)
+        if self._target is not None:
+            ids = {rid for rid in ids if rid in self._target or rid in starts}
+
+        begins: dict[int, int] = {}
+        ends: dict[int, int] = {}
+        latest: dict[int, int] = {}
+        for rid in sorted(ids):
+            descriptor = listed.get(rid)
+            if descriptor is None:
+                if rid in starts:
+                    self._vanished(rid, starts[rid])
+                continue  # an explicitly named recording that does not exist yet: nothing to read
+            available = source.safe_end(descriptor, known_boundary=starts.get(rid))
+            begin = self._checked_start(descriptor, starts.get(rid, descriptor.start_position), available)
+            latest[rid] = max(begin, available)
+            if self._target is not None:
+                available = min(available, max(begin, self._target.get(rid, begin)))
+            begins[rid] = begin
+            ends[rid] = max(begin, available)
+        self._latest = to_offset(latest)  # what is recorded, whatever the limits: the lag listener's reference
+
+        needs = {rid: ends[rid] - begins[rid] for rid in ends}
+        total = sum(needs.values())
+        min_bytes = self.options.min_bytes_per_trigger
+        if (min_bytes is not None and self._target is None and 0 < total < min_bytes
+                and (time.monotonic() - self._last_trigger) * 1000 < self.options.max_trigger_delay_ms):
+            log.debug("%d new bytes < minBytesPerTrigger %d: skipping this trigger", total, min_bytes)
+            return start
+        if isinstance(limit, ReadMaxBytes) and total > limit.max_bytes:
+            shares = share_budget(needs, limit.max_bytes)
+            for rid, share in shares.items():
+                if share < needs[rid]:
+                    ends[rid] = self._cut(listed[rid], begins[rid], begins[rid] + share, ends[rid])
+        end = to_offset(ends)
+        if end == start:
+            return start  # no new data: Spark skips the trigger
+        self._last_trigger = time.monotonic()
+        return end
+
+    def _cut(self, descriptor: RecordingDescriptor, begin: int, cut: int, available: int) -> int:
+        """End at the last message boundary <= cut, but always at least one whole message."""
+        source = self.source
+        end = source.boundary_at_or_before(descriptor, cut, begin, available)
+        if end <= begin:
+            end = source.first_boundary_after(descriptor, begin, available)
+        return end
+
+    def _vanished(self, rid: int, position: int) -> None:
+        message = (f"recording {rid} no longer exists in the {self.source.describe()} (checkpointed position "
+                   f"{position}): it was purged or deleted")
+        if self.options.fail_on_data_loss:
+            raise DataLossError(message + "; set failOnDataLoss=false to carry on without it")
+        log.warning("%s; carrying on without it", message)
+
+    def _checked_start(self, descriptor: RecordingDescriptor, begin: int, available: int) -> int:
+        """`begin`, or where to continue if data at `begin` was lost (failOnDataLoss=false)."""
+        rid = descriptor.recording_id
+        if begin < descriptor.start_position:
+            message = (f"recording {rid} was truncated or purged: its start position {descriptor.start_position} is "
+                       f"above the checkpointed position {begin}")
+            if self.options.fail_on_data_loss:
+                raise DataLossError(message + "; set failOnDataLoss=false to continue from the new start")
+            log.warning("%s; continuing from %d", message, descriptor.start_position)
+            return descriptor.start_position
+        if begin > available and not descriptor.is_active:
+            message = (f"recording {rid} was truncated: its stop position {descriptor.stop_position} is below the "
+                       f"checkpointed position {begin}")
+            if self.options.fail_on_data_loss:
+                raise DataLossError(message + "; set failOnDataLoss=false to continue from the new stop position")
+            log.warning("%s; continuing from %d", message, available)
+            return available
+        return begin
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return self._latest
+
+    # -- planning --------------------------------------------------------------------------------------------
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        starts = from_offset(start, "start offset")
+        ends = from_offset(end, "end offset")
+        descriptors = self._descriptors
+        if any(rid not in descriptors for rid in ends):  # a batch replayed after a restart
+            descriptors = self._descriptors = self.source.list_selected()
+        ranges = []
+        for rid in sorted(ends):
+            descriptor = descriptors.get(rid)
+            if descriptor is None:
+                self._vanished(rid, starts.get(rid, ends[rid]))
+                continue
+            stop = ends[rid]
+            begin = starts.get(rid, descriptor.start_position)
+            if begin < descriptor.start_position:
+                begin = self._checked_start(descriptor, begin, stop)
+            if stop > begin:
+                ranges.append((facts_of(descriptor), begin, stop, stop))
+        archive_dir, connection = self.source.partition_location()
+        partitions = plan_partitions(ranges, self.options.max_bytes_per_partition, archive_dir, connection)
+        log.debug("micro-batch %s -> %s: %d partitions", start, end, len(partitions))
+        return partitions
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to release: the archive keeps every recording until it is truncated or purged by its owner."""
+        log.debug("committed %s", end)
+
+    def stop(self) -> None:
+        self._close_source()

@@ -1,0 +1,264 @@
+"""Throughput of the aeron-archive Spark sink beside a no-op Python Arrow sink (the API's ceiling), same run.
+
+Both queries read the same in-memory Python streaming source (zero-copy Arrow batches of fixed-size values,
+`availableNow`, fixed rows per micro-batch) and differ only in the sink: `bench-noop` is a
+`DataSourceStreamArrowWriter` whose `write` only counts rows, `aeron-archive` stages every partition as Arrow IPC
+and publishes it into a real archive recording on commit, exactly once. Figures are rows/s and MB/s of value
+bytes over the wall time from `start()` to the end of the query; the ratio is aeron-archive / no-op.
+
+The archive and its media driver run in this process, so they share the machine's cores with Spark's JVM and
+Python workers, as they would on a single host. Aeron clients created here (the archive's) use a 1 ms conductor
+idle sleep, the usual low-latency setting; the sink sets the same for its own client.
+
+Staged files go under the checkpoint by default (disk); `--staging /dev/shm/...` shows what a tmpfs staging
+location saves on a single host.
+
+Run: `python -m tests.benchmarks.bench_spark_sink [--rows-64 N] [--rows-1k N] [--reps N] [--staging DIR]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+import pyarrow as pa  # noqa: E402
+from pyspark.sql.datasource import (  # noqa: E402
+    DataSource,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow  # noqa: E402
+
+
+# -- the source: rowsPerBatch fixed-size values per micro-batch, zero-copy slices of one buffer -----------------
+
+@dataclass
+class RangePartition(InputPartition):
+    start: int
+    stop: int
+
+
+class BenchReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: Any) -> None:
+        self.total = int(options["totalRows"])
+        self.batch_rows = int(options["batchRows"])
+        self.value_size = int(options["valueSize"])
+        self.partitions_per_batch = int(options.get("partitions", "2"))
+
+    def initialOffset(self) -> dict:
+        return {"row": 0}
+
+    def getDefaultReadLimit(self) -> ReadMaxRows:
+        return ReadMaxRows(self.batch_rows)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        pass
+
+    def latestOffset(self, start: dict, limit: Any) -> dict:
+        step = self.total if isinstance(limit, ReadAllAvailable) else limit.max_rows
+        return {"row": min(start["row"] + step, self.total)}
+
+    def partitions(self, start: dict, end: dict) -> list[RangePartition]:
+        lo, hi = start["row"], end["row"]
+        n = self.partitions_per_batch
+        cuts = [lo + (hi - lo) * i // n for i in range(n + 1)]
+        return [RangePartition(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+
+    def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
+        import numpy as np
+        chunk = 8192
+        size = self.value_size
+        data = pa.py_buffer((np.arange(chunk * size, dtype=np.uint32) * 2654435761 >> 24).astype(np.uint8))
+        offsets = pa.py_buffer(np.arange(0, (chunk + 1) * size, size, dtype=np.int32))
+        schema = pa.schema([("value", pa.binary())])
+        for row in range(partition.start, partition.stop, chunk):
+            n = min(chunk, partition.stop - row)
+            values = pa.Array.from_buffers(pa.binary(), n, [None, offsets, data])
+            yield pa.RecordBatch.from_arrays([values], schema=schema)
+
+    def commit(self, end: dict) -> None:
+        pass
+
+
+class BenchSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "bench-values"
+
+    def schema(self) -> str:
+        return "value binary"
+
+    def streamReader(self, schema: Any) -> BenchReader:
+        return BenchReader(self.options)
+
+
+# -- the ceiling: a Python Arrow sink that does nothing but count ------------------------------------------------
+
+@dataclass
+class Counted(WriterCommitMessage):
+    rows: int
+
+
+class NoopWriter(DataSourceStreamArrowWriter):
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Counted:
+        return Counted(sum(batch.num_rows for batch in iterator))
+
+    def commit(self, messages: list, batchId: int) -> None:
+        pass
+
+    def abort(self, messages: list, batchId: int) -> None:
+        pass
+
+
+class NoopSink(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "bench-noop"
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> NoopWriter:
+        return NoopWriter()
+
+
+# -- running -----------------------------------------------------------------------------------------------------
+
+@dataclass
+class Run:
+    sink: str
+    value_size: int
+    rows: int
+    seconds: float
+    trigger_seconds: float
+    batches: int
+
+    @property
+    def rows_s(self) -> float:
+        return self.rows / self.seconds
+
+    @property
+    def mb_s(self) -> float:
+        return self.rows * self.value_size / self.seconds / 1e6
+
+
+def run_query(spark: Any, sink: str, sink_options: dict[str, str], value_size: int, rows: int, batch_rows: int,
+              work: str) -> Run:
+    checkpoint = tempfile.mkdtemp(dir=work, prefix=f"chk-{sink}-")
+    frame = (spark.readStream.format("bench-values").option("totalRows", rows).option("batchRows", batch_rows)
+             .option("valueSize", value_size).load())
+    writer = frame.writeStream.format(sink).option("checkpointLocation", checkpoint)
+    for key, value in sink_options.items():
+        writer = writer.option(key, value)
+    start = time.perf_counter()
+    query = writer.trigger(availableNow=True).start()
+    query.awaitTermination()
+    seconds = time.perf_counter() - start
+    if query.exception() is not None:
+        raise RuntimeError(f"{sink} query failed: {query.exception()}")
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    done = sum(p["numInputRows"] for p in progress)
+    if done != rows:
+        raise RuntimeError(f"{sink} query processed {done} rows, expected {rows}")
+    trigger = sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000
+    return Run(sink, value_size, rows, seconds, trigger, len(progress))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows-64", type=int, default=4_000_000, help="rows per run with 64-byte values")
+    parser.add_argument("--rows-1k", type=int, default=1_000_000, help="rows per run with 1 KiB values")
+    parser.add_argument("--batch-rows-64", type=int, default=500_000, help="rows per micro-batch, 64-byte values")
+    parser.add_argument("--batch-rows-1k", type=int, default=200_000, help="rows per micro-batch, 1 KiB values")
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--term-length", default="16m", help="term length of the recording's channel")
+    parser.add_argument("--work-dir", default=None, help="where the archive, checkpoints and staging go")
+    parser.add_argument("--staging", default=None,
+                        help="the sink's stagingLocation (default: under the checkpoint; e.g. /dev/shm/x on one host)")
+    args = parser.parse_args(argv)
+
+    os.environ.setdefault("AERON_CLIENT_IDLE_SLEEP_DURATION", "1ms")
+    from pyspark.sql import SparkSession
+
+    from archive.native import EmbeddedMediaDriver
+    from archive.server.archive import Archive
+    from archive.server.context import ArchiveContext
+    from connector.sink.batch_map import read_batch_map
+    from connector.sink.options import STATE_SUBDIR
+
+    work = tempfile.mkdtemp(prefix="bench-spark-sink-", dir=args.work_dir)
+    driver = EmbeddedMediaDriver(os.path.join(work, "driver"))
+    ctx = ArchiveContext(archive_dir=os.path.join(work, "archive"), aeron_dir=driver.aeron_dir,
+                         control_channel=None, low_storage_space_threshold=0)
+    archive = Archive.launch(ctx)
+    spark = (SparkSession.builder.master("local[2]").appName("bench-spark-sink")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+             .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "2g")
+             .config("spark.python.worker.reuse", "true").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(BenchSource)
+    spark.dataSource.register(NoopSink)
+    runs: list[Run] = []
+    try:
+        for value_size, rows, batch_rows in ((64, args.rows_64, args.batch_rows_64),
+                                             (1024, args.rows_1k, args.batch_rows_1k)):
+            stream_id = 7000 + value_size
+            aeron_options = {
+                "aeronDir": driver.aeron_dir, "controlChannel": ctx.local_control_channel,
+                "controlStreamId": str(ctx.local_control_stream_id), "controlResponseChannel": "aeron:ipc",
+                "channel": f"aeron:ipc?term-length={args.term_length}", "streamId": str(stream_id),
+            }
+            if args.staging:
+                aeron_options["stagingLocation"] = args.staging
+            warm = min(rows, 2 * batch_rows) // 4
+            run_query(spark, "bench-noop", {}, value_size, warm, max(warm // 2, 1), work)
+            run_query(spark, "aeron-archive", aeron_options, value_size, warm, max(warm // 2, 1), work)
+            for _ in range(args.reps):
+                for sink, options in (("bench-noop", {}), ("aeron-archive", aeron_options)):
+                    run = run_query(spark, sink, options, value_size, rows, batch_rows, work)
+                    runs.append(run)
+                    print(f"  {sink:<14} {value_size:>5} B  {run.rows:>9} rows in {run.batches:>3} batches  "
+                          f"{run.seconds:7.2f} s  {run.rows_s:>11,.0f} rows/s  {run.mb_s:8.1f} MB/s", flush=True)
+        for checkpoint in os.listdir(work):
+            if checkpoint.startswith("chk-aeron-archive-"):
+                entries = read_batch_map(os.path.join(work, checkpoint, STATE_SUBDIR))
+                assert all(e.stop_position > e.start_position for e in entries)
+    finally:
+        spark.stop()
+        archive.close()
+        driver.close()
+        shutil.rmtree(work, ignore_errors=True)
+        if args.staging:
+            shutil.rmtree(args.staging, ignore_errors=True)
+
+    print()
+    print(f"{'value':>6} {'sink':<14} {'rows/s':>12} {'MB/s':>9} {'in-trigger rows/s':>18}")
+    summary = {}
+    for value_size in (64, 1024):
+        means = {}
+        for sink in ("bench-noop", "aeron-archive"):
+            chosen = [r for r in runs if r.sink == sink and r.value_size == value_size]
+            rows_s = sum(r.rows for r in chosen) / sum(r.seconds for r in chosen)
+            trigger_rows_s = sum(r.rows for r in chosen) / sum(r.trigger_seconds for r in chosen)
+            means[sink] = rows_s
+            print(f"{value_size:>5}B {sink:<14} {rows_s:>12,.0f} {rows_s * value_size / 1e6:>9.1f} "
+                  f"{trigger_rows_s:>18,.0f}")
+        ratio = means["aeron-archive"] / means["bench-noop"]
+        summary[value_size] = ratio
+        print(f"{value_size:>5}B ratio aeron-archive / no-op sink: {ratio:.2f}")
+    print(json.dumps({"ratio_64B": round(summary[64], 3), "ratio_1KiB": round(summary[1024], 3)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""Task retries (`local[2,3]`): a failed write attempt's staged data never reaches the recording.
+
+Spark only retries tasks when the master allows failures, so this runs a short-lived session in a child process
+(the shared session stays `local[2]`). Attempt 0 of partition 0 fails after its file is completely staged, and
+attempt 0 of partition 1 fails (raising, or crashing its Python worker) halfway through staging, in every
+batch; the retries succeed. The recording must hold each row exactly once, in order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from connector.sink import faults
+from connector.sink.committer import close_connections
+from connector.sink.options import STATE_SUBDIR
+from spark.test_sink_stream import ROWS_PER_BATCH, assert_exactly_once
+from system.harness import Harness
+from system.test_sink_util import sink_option_map
+
+pytestmark = pytest.mark.spark
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+CHILD = r"""
+import json, sys, time
+from pyspark.sql import SparkSession
+args = json.loads(sys.argv[1])
+spark = (SparkSession.builder.master("local[2,3]").appName("sink-retries")
+         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+         .config("spark.python.worker.reuse", "true").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+frame = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", args["rows"])
+         .option("numPartitions", 2).load()
+         .selectExpr("CAST(value AS STRING) AS value", "value AS reservedValue"))
+writer = frame.writeStream.format("aeron-archive").option("checkpointLocation", args["checkpoint"])
+for key, value in args["options"].items():
+    writer = writer.option(key, value)
+query = writer.trigger(processingTime="0 seconds").start()
+deadline = time.monotonic() + 180
+while query.isActive and time.monotonic() < deadline:
+    progress = query.lastProgress
+    if progress is not None and progress["batchId"] >= args["batches"] - 1:
+        break
+    time.sleep(0.1)
+error = query.exception()
+query.stop()
+spark.stop()
+print(json.dumps({"error": None if error is None else str(error)}))
+"""
+
+
+@pytest.fixture
+def harness(aeron_dir, tmp_path):
+    h = Harness(aeron_dir, str(tmp_path / "archive"))
+    yield h
+    close_connections()
+    h.close()
+
+
+def test_failed_task_attempts_leave_no_trace(harness, tmp_path):
+    checkpoint = str(tmp_path / "checkpoint")
+    state_dir = os.path.join(checkpoint, STATE_SUBDIR)
+    batches = 4
+    specs = []
+    for batch in range(batches):
+        specs.append({"point": "after-stage", "batchId": batch, "partition": 0, "attempt": 0, "action": "raise"})
+        specs.append({"point": "write", "batchId": batch, "partition": 1, "attempt": 0,
+                      "afterRows": ROWS_PER_BATCH // 4, "action": "exit" if batch % 2 else "raise"})
+    faults.arm(state_dir, *specs)
+    args = {"rows": ROWS_PER_BATCH, "checkpoint": checkpoint, "batches": batches,
+            "options": sink_option_map(harness, None)}
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    child = subprocess.run([sys.executable, "-c", CHILD, json.dumps(args)], env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert child.returncode == 0, child.stderr[-4000:]
+    result = json.loads(child.stdout.strip().splitlines()[-1])
+    assert result["error"] is None, result["error"]
+    assert not os.path.exists(faults.fault_path(state_dir)), "every armed task failure must have fired"
+    committed = assert_exactly_once(harness, checkpoint)
+    assert committed >= batches
+    # failed attempts' files of committed batches are swept (an in-flight batch's may remain for its replay)
+    leftovers = [n for n in os.listdir(os.path.join(state_dir, "staging"))
+                 if n.startswith("b") and int(n[1:].split("-")[0]) < committed]
+    assert not leftovers

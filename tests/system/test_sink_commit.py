@@ -1,0 +1,288 @@
+"""The sink's driver-side commit against a real archive: order, idempotence, crash recovery, failures.
+
+Spark is not needed to exercise the protocol: partitions are staged as executors would stage them, and
+`commit_batch` is what the stream writer's `commit` calls. Hard crashes run the commit in a child process that an
+armed fault kills with `os._exit` at the chosen point.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from archive import SourceLocation
+from archive.constants import RecordingSignal
+from connector.options import OptionError
+from connector.sink import faults
+from connector.sink.batch_map import read_batch_map
+from connector.sink.committer import close_connections, commit_batch
+from connector.sink.errors import InjectedFault, SinkError
+from connector.sink.state import PENDING_FILE, load_pending, load_state
+from system.harness import Harness, offer_all, payloads_of, wait_for
+from system.test_sink_util import replay_recording, sink_options, stage, value_batch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture
+def harness(aeron_dir, tmp_path):
+    h = Harness(aeron_dir, str(tmp_path / "archive"))
+    yield h
+    close_connections()
+    h.close()
+
+
+def batch_payloads(batch: int, partition: int, count: int) -> list[bytes]:
+    """Distinct payloads of varied sizes: empty, tiny, and beyond the 1376-byte max payload (fragmented)."""
+    sizes = [0, 1, 31, 32, 33, 1376, 1377, 5000] + [(i * 37) % 300 for i in range(count - 8)]
+    return [f"{batch}:{partition}:{i}|".encode() + bytes([i % 251]) * sizes[i] for i in range(count)]
+
+
+def stage_batch(options, batch: int, sizes=(300, 200), attempt: int = 0, label: str | None = None):
+    partitions = []
+    expected = []
+    for p, count in enumerate(sizes):
+        values = batch_payloads(batch, p, count)
+        reserved = [batch * 1_000_000 + p * 10_000 + i for i in range(count)]
+        # two Arrow batches per partition, as Spark sends several
+        partitions.append([value_batch(values[:count // 2], reserved[:count // 2]),
+                           value_batch(values[count // 2:], reserved[count // 2:])])
+        expected += list(zip(values, reserved))
+    return stage(options, str(batch) if label is None else label, partitions, attempt), expected
+
+
+def commit_in_child(options, messages, batch_id: int) -> int:
+    """Run commit_batch in a fresh process (a crash there is a real crash); returns its exit code."""
+    payload = pickle.dumps((options, messages, batch_id))
+    code = ("import pickle, sys, logging; logging.basicConfig(level=logging.INFO)\n"
+            "from connector.sink.committer import close_connections, commit_batch\n"
+            "options, messages, batch_id = pickle.loads(sys.stdin.buffer.read())\n"
+            "commit_batch(options, messages, batch_id, str(batch_id), True)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]))
+    return subprocess.run([sys.executable, "-c", code], input=payload, env=env, timeout=120).returncode
+
+
+def test_batches_extend_one_recording_in_partition_order(harness, tmp_path):
+    options = sink_options(harness, str(tmp_path / "state"))
+    expected = []
+    for batch in range(3):
+        messages, rows = stage_batch(options, batch)
+        entry = commit_batch(options, messages, batch, str(batch), True)
+        assert entry is not None and entry.rows == len(rows)
+        expected += rows
+    state = load_state(options.state_dir)
+    assert state is not None and state.created_by_sink
+    assert replay_recording(harness.client, state.recording_id) == expected
+    entries = read_batch_map(options.state_dir)
+    assert [e.batch_id for e in entries] == [0, 1, 2]
+    descriptor = harness.client.list_recording(state.recording_id)
+    assert entries[0].start_position == descriptor.start_position
+    assert all(a.stop_position == b.start_position for a, b in zip(entries, entries[1:]))
+    assert entries[-1].stop_position == descriptor.stop_position
+    assert os.listdir(options.staging_dir) == []
+    assert not os.path.exists(os.path.join(options.state_dir, PENDING_FILE))
+
+
+def test_recommitting_a_committed_batch_is_a_no_op(harness, tmp_path):
+    options = sink_options(harness, str(tmp_path / "state"))
+    first, rows0 = stage_batch(options, 0)
+    entry0 = commit_batch(options, first, 0, "0", True)
+    second, rows1 = stage_batch(options, 1)
+    entry1 = commit_batch(options, second, 1, "1", True)
+    for batch in (1, 0):  # Spark re-commits the last batch after a crash; an older id must be ignored too
+        again, _ = stage_batch(options, batch)
+        result = commit_batch(options, again, batch, str(batch), True)
+        assert result == (entry1 if batch == 1 else entry0)
+        assert all(not os.path.exists(m.path) for m in again)
+    state = load_state(options.state_dir)
+    assert harness.client.get_stop_position(state.recording_id) == entry1.stop_position
+    assert replay_recording(harness.client, state.recording_id) == rows0 + rows1
+
+
+def test_failed_task_attempts_are_never_published(harness, tmp_path):
+    options = sink_options(harness, str(tmp_path / "state"))
+    stage_batch(options, 0, attempt=0)  # a failed attempt's files: staged, but no message reaches commit
+    messages, rows = stage_batch(options, 0, attempt=1)
+    commit_batch(options, messages, 0, "0", True)
+    state = load_state(options.state_dir)
+    assert replay_recording(harness.client, state.recording_id) == rows
+    assert os.listdir(options.staging_dir) == []  # the failed attempt's leftovers were swept too
+
+
+def test_extends_an_existing_recording_given_by_id(harness, tmp_path):
+    channel = "aeron:ipc?term-length=65536"
+    subscription_id = harness.client.start_recording(channel, 4401, SourceLocation.LOCAL)
+    publication = harness.client.aeron.add_exclusive_publication(channel, 4401)
+    recording_id = harness.await_signal(RecordingSignal.START).recording_id
+    before = payloads_of([100] * 20)
+    offer_all(publication, before)
+    wait_for(lambda: harness.client.get_recording_position(recording_id) == publication.position)
+
+    options = sink_options(harness, str(tmp_path / "state"), recordingId=recording_id)
+    messages, rows = stage_batch(options, 0)
+    with pytest.raises(SinkError, match=f"recording {recording_id} .*is active"):
+        commit_batch(options, messages, 0, "0", True)
+    harness.client.stop_recording_subscription(subscription_id)
+    harness.await_signal(RecordingSignal.STOP, recording_id)
+    publication.close()
+
+    messages, rows = stage_batch(options, 0)
+    entry = commit_batch(options, messages, 0, "0", True)
+    assert entry.recording_id == recording_id
+    assert [p for p, _ in replay_recording(harness.client, recording_id)] == before + [p for p, _ in rows]
+    state = load_state(options.state_dir)
+    assert state.recording_id == recording_id and not state.created_by_sink
+
+
+def test_hard_crash_mid_publish_is_truncated_and_redone(harness, tmp_path, caplog):
+    options = sink_options(harness, str(tmp_path / "state"))
+    messages, rows0 = stage_batch(options, 0)
+    entry0 = commit_batch(options, messages, 0, "0", True)
+    messages, rows1 = stage_batch(options, 1, sizes=(1500, 1500))
+    faults.arm(options.state_dir, {"point": "publish", "afterRows": 1500 + 700, "action": "exit"})
+    assert commit_in_child(options, messages, 1) == 17
+    pending = load_pending(options.state_dir)
+    assert pending is not None and pending.batch_id == 1 and pending.start_position == entry0.stop_position
+    recording_id = entry0.recording_id
+    # the child died with the recording active (its publication lingers until the driver times the client out)
+    wait_for(lambda: (harness.client.get_max_recorded_position(recording_id) > entry0.stop_position),
+             what="partial data recorded")
+
+    with caplog.at_level(logging.WARNING, logger="connector.sink.committer"):
+        entry1 = commit_batch(options, messages, 1, "1", True)
+    assert "truncating recording" in caplog.text
+    assert entry1.start_position == entry0.stop_position
+    assert replay_recording(harness.client, recording_id) == rows0 + rows1
+    assert load_pending(options.state_dir) is None
+
+
+def test_failure_mid_publish_is_rolled_back_at_once(harness, tmp_path):
+    options = sink_options(harness, str(tmp_path / "state"))
+    messages, rows0 = stage_batch(options, 0)
+    entry0 = commit_batch(options, messages, 0, "0", True)
+    messages, rows1 = stage_batch(options, 1)
+    faults.arm(options.state_dir, {"point": "publish", "afterRows": 250, "action": "raise"})
+    with pytest.raises(InjectedFault):
+        commit_batch(options, messages, 1, "1", True)
+    assert load_pending(options.state_dir) is None
+    assert harness.client.get_stop_position(entry0.recording_id) == entry0.stop_position
+    commit_batch(options, messages, 1, "1", True)
+    assert replay_recording(harness.client, entry0.recording_id) == rows0 + rows1
+
+
+def test_crash_after_publishing_before_the_entry_redoes_the_batch(harness, tmp_path):
+    options = sink_options(harness, str(tmp_path / "state"))
+    messages, rows0 = stage_batch(options, 0)
+    faults.arm(options.state_dir, {"point": "before-entry", "action": "exit"})
+    assert commit_in_child(options, messages, 0) == 17  # the first batch of a new recording
+    state = load_state(options.state_dir)
+    assert state is not None and read_batch_map(options.state_dir) == []
+    assert harness.client.get_stop_position(state.recording_id) > 0  # fully published, then crashed
+    entry = commit_batch(options, messages, 0, "0", True)
+    assert entry.start_position == 0
+    assert replay_recording(harness.client, state.recording_id) == rows0
+
+
+def test_crash_after_the_entry_leaves_a_committed_batch(harness, tmp_path):
+    options = sink_options(harness, str(tmp_path / "state"))
+    messages, rows0 = stage_batch(options, 0)
+    faults.arm(options.state_dir, {"point": "after-entry", "action": "exit"})
+    assert commit_in_child(options, messages, 0) == 17
+    assert load_pending(options.state_dir) is not None  # the marker outlived the commit point
+    [entry] = read_batch_map(options.state_dir)
+    again, _ = stage_batch(options, 0)
+    assert commit_batch(options, again, 0, "0", True) == entry  # Spark's re-commit: a no-op
+    messages, rows1 = stage_batch(options, 1)
+    commit_batch(options, messages, 1, "1", True)  # clears the stale marker without truncating batch 0
+    assert load_pending(options.state_dir) is None
+    assert replay_recording(harness.client, entry.recording_id) == rows0 + rows1
+
+
+def test_archive_going_away_mid_commit_fails_clearly_and_the_next_run_recovers(harness, tmp_path):
+    options = sink_options(harness, str(tmp_path / "state"), publishTimeout="3s", messageTimeout="2s")
+    messages, rows0 = stage_batch(options, 0)
+    entry0 = commit_batch(options, messages, 0, "0", True)
+    big = [[value_batch([bytes([p]) * 1000] * 20_000, range(20_000))] for p in range(2)]
+    messages = stage(options, "1", big)
+    pending_path = os.path.join(options.state_dir, PENDING_FILE)
+
+    def kill_archive() -> None:
+        wait_for(lambda: os.path.exists(pending_path), timeout=30, what="commit started publishing")
+        time.sleep(0.05)
+        harness.close_archive()
+
+    killer = threading.Thread(target=kill_archive)
+    killer.start()
+    with pytest.raises(SinkError) as failure:
+        commit_batch(options, messages, 1, "1", True)
+    killer.join()
+    print("failure:", failure.value)
+    assert "recording" in str(failure.value) or "archive" in str(failure.value)
+    assert load_pending(options.state_dir) is not None
+
+    harness.restart()
+    entry1 = commit_batch(options, messages, 1, "1", True)
+    assert entry1.start_position == entry0.stop_position
+    assert replay_recording(harness.client, entry0.recording_id) == rows0 + [(v, r) for b in big for v, r in zip(
+        b[0].column(0).to_pylist(), b[0].column(1).to_pylist())]
+
+
+def test_archive_restart_between_batches_reconnects(harness, tmp_path):
+    options = sink_options(harness, str(tmp_path / "state"))
+    messages, rows0 = stage_batch(options, 0)
+    commit_batch(options, messages, 0, "0", True)
+    harness.restart()
+    messages, rows1 = stage_batch(options, 1)
+    entry = commit_batch(options, messages, 1, "1", True)
+    assert replay_recording(harness.client, entry.recording_id) == rows0 + rows1
+
+
+def test_unknown_recording_id_is_named(harness, tmp_path):
+    options = sink_options(harness, str(tmp_path / "state"), recordingId=987)
+    messages, _ = stage_batch(options, 0)
+    with pytest.raises(SinkError, match="recording 987 \\(option recordingId\\) is not in the archive"):
+        commit_batch(options, messages, 0, "0", True)
+
+
+def test_unreachable_archive_is_named(harness, tmp_path):
+    options = sink_options(harness, str(tmp_path / "state"), controlStreamId=4242, messageTimeout="1s")
+    messages, _ = stage_batch(options, 0)
+    with pytest.raises(SinkError, match="controlStreamId=4242"):
+        commit_batch(options, messages, 0, "0", True)
+    with pytest.raises(OptionError, match="recordingId"):
+        sink_options(harness, str(tmp_path / "state"), recordingId="x")
+
+
+def test_state_dir_of_another_target_is_refused(harness, tmp_path):
+    options = sink_options(harness, str(tmp_path / "state"))
+    messages, _ = stage_batch(options, 0)
+    entry = commit_batch(options, messages, 0, "0", True)
+    other = sink_options(harness, str(tmp_path / "state"), recordingId=entry.recording_id + 5)
+    messages, _ = stage_batch(other, 1)
+    with pytest.raises(SinkError, match=f"recordingId={entry.recording_id + 5} but sinkStateDir"):
+        commit_batch(other, messages, 1, "1", True)
+    with open(os.path.join(options.state_dir, "sink.json")) as f:
+        assert json.load(f)["recordingId"] == entry.recording_id
+
+
+def test_batch_writes_take_the_next_batch_id(harness, tmp_path):
+    options = sink_options(harness, str(tmp_path / "state"), streaming=False)
+    first, rows0 = stage_batch(options, 0, label="wA")  # batch writes label their files with a write id
+    e0 = commit_batch(options, first, None, "wA", False)
+    second = stage(options, "wB", [[value_batch([b"x", b"y"])]])
+    e1 = commit_batch(options, second, None, "wB", False)
+    assert (e0.batch_id, e1.batch_id) == (0, 1)
+    assert e1.start_position == e0.stop_position
+    streaming = sink_options(harness, str(tmp_path / "state"), streaming=True)
+    messages, _ = stage_batch(streaming, 2)
+    with pytest.raises(SinkError, match="belongs to a batch sink"):
+        commit_batch(streaming, messages, 2, "2", True)
+

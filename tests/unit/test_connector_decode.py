@@ -1,0 +1,290 @@
+"""Partition splitting and message decoding without Spark: synthetic frame streams fed straight to the decoder."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+
+from archive.exceptions import ArchiveError
+from archive.storage.frames import (
+    BEGIN_FRAG_FLAG,
+    END_FRAG_FLAG,
+    FRAME_ALIGNMENT,
+    HEADER_LENGTH,
+    align,
+    compute_term_id_from_position,
+    position_bits_to_shift,
+)
+from connector.source.decode import PartitionDecoder, binary_column
+from connector.source.partition import AeronArchivePartition, RecordingFacts
+from connector.source.planning import plan_partitions, split_range
+from connector.source.schema import FIXED_FIELDS, arrow_schema
+from unit.storage_helpers import frame_bytes, pad_header
+
+TERM = 64 * 1024
+INITIAL_TERM_ID = 100
+SESSION_ID = 77
+STREAM_ID = 1001
+SCHEMA = arrow_schema(FIXED_FIELDS)
+
+
+class Stream:
+    """A synthetic recording: messages appended as frames, fragmented at `max_payload`, PAD-free unless asked.
+
+    Unlike a real publication it lets fragmented messages straddle term boundaries, to exercise the decoder's
+    general rules (Aeron's appenders pad instead, so real terms always begin with a message).
+    """
+
+    def __init__(self, start: int = 0, max_payload: int = 1376, straddle: bool = True) -> None:
+        self.start = start
+        self.position = start
+        self.max_payload = max_payload
+        self.straddle = straddle
+        self.buffer = bytearray()
+        self.frames: list[tuple[int, int, bool]] = []  # (position, aligned length, is PAD)
+        self.messages: list[tuple[int, bytes, int]] = []
+        self._shift = position_bits_to_shift(TERM)
+
+    def _frame(self, payload: bytes, flags: int, reserved: int) -> None:
+        aligned = align(HEADER_LENGTH + len(payload), FRAME_ALIGNMENT)
+        if (self.position & (TERM - 1)) + aligned > TERM:
+            self.pad()  # a frame never crosses a term boundary
+        term_offset = self.position & (TERM - 1)
+        term_id = compute_term_id_from_position(self.position, self._shift, INITIAL_TERM_ID)
+        data = frame_bytes(payload, term_offset=term_offset, term_id=term_id, session_id=SESSION_ID,
+                           stream_id=STREAM_ID, flags=flags, reserved_value=reserved)
+        self.frames.append((self.position, len(data), False))
+        self.buffer += data
+        self.position += len(data)
+
+    def pad(self) -> None:
+        term_offset = self.position & (TERM - 1)
+        length = TERM - term_offset
+        term_id = compute_term_id_from_position(self.position, self._shift, INITIAL_TERM_ID)
+        self.buffer += pad_header(length, term_offset=term_offset, term_id=term_id, session_id=SESSION_ID,
+                                  stream_id=STREAM_ID) + bytes(length - HEADER_LENGTH)
+        self.frames.append((self.position, length, True))
+        self.position += length
+
+    def add(self, payload: bytes, reserved: int = 0) -> int:
+        pieces = [payload[i:i + self.max_payload] for i in range(0, len(payload), self.max_payload)] or [b""]
+        framed = sum(align(HEADER_LENGTH + len(p), FRAME_ALIGNMENT) for p in pieces)
+        if not self.straddle and (self.position & (TERM - 1)) + framed > TERM:
+            self.pad()
+        before = len(self.frames)
+        for i, piece in enumerate(pieces):
+            flags = (BEGIN_FRAG_FLAG if i == 0 else 0) | (END_FRAG_FLAG if i == len(pieces) - 1 else 0)
+            self._frame(piece, flags, reserved)
+        start = next(f[0] for f in self.frames[before:] if not f[2])
+        self.messages.append((start, payload, reserved))
+        return start
+
+    def facts(self) -> RecordingFacts:
+        return RecordingFacts(5, self.start, TERM, 4 * TERM, INITIAL_TERM_ID, SESSION_ID, STREAM_ID, 1408)
+
+    def chunks(self, start: int, limit: int, chunk: int, omit_pads: bool = False
+               ) -> Iterator[tuple[memoryview, int]]:
+        """ChunkSource semantics: whole frames, never across a term, PADs cut to their header, a reused buffer."""
+        buffer = bytearray(max(chunk, 2048))
+        frames = [f for f in self.frames if start <= f[0] < limit]
+        i = 0
+        while i < len(frames):
+            first = frames[i][0]
+            term = first // TERM
+            size = 0
+            while i < len(frames):
+                position, length, is_pad = frames[i]
+                if position // TERM != term:
+                    break
+                if is_pad:
+                    if not omit_pads:
+                        size += HEADER_LENGTH
+                    i += 1
+                    break
+                if size and size + length > chunk:
+                    break
+                size += length
+                i += 1
+            if size:
+                offset = first - self.start
+                buffer[:size] = self.buffer[offset:offset + size]
+                yield memoryview(buffer)[:size], first
+
+
+def partition(stream: Stream, start: int, end: int, limit: int, index: int = 0) -> AeronArchivePartition:
+    return AeronArchivePartition(index, stream.facts(), start, end, limit, "/nowhere", None)
+
+
+def decode(stream: Stream, p: AeronArchivePartition, chunk: int = 8192, **kw) -> list[tuple[int, bytes, int]]:
+    decoder = PartitionDecoder(p, SCHEMA, min_batch_bytes=1)
+    rows = []
+    for batch in decoder.batches(stream.chunks(p.start, p.limit, chunk, **kw)):
+        assert batch.schema.equals(SCHEMA)
+        assert set(batch.column("recordingId").to_pylist()) == {5}
+        assert set(batch.column("sessionId").to_pylist()) == {SESSION_ID}
+        assert set(batch.column("streamId").to_pylist()) == {STREAM_ID}
+        rows += zip(batch.column("position").to_pylist(), batch.column("value").to_pylist(),
+                    batch.column("reservedValue").to_pylist())
+    return rows
+
+
+# -- split_range ---------------------------------------------------------------------------------------------
+
+
+def test_split_range_cuts_only_at_term_boundaries_in_pieces_of_at_most_max_bytes():
+    assert split_range(0, 10 * TERM, TERM, 3 * TERM) == [(0, 3 * TERM), (3 * TERM, 6 * TERM), (6 * TERM, 9 * TERM),
+                                                         (9 * TERM, 10 * TERM)]
+    # a mid-term start: the first piece ends at a term boundary, so it is shorter
+    assert split_range(1000, 3 * TERM + 64, TERM, 2 * TERM) == [(1000, 2 * TERM), (2 * TERM, 3 * TERM + 64)]
+    # a limit below one term still cuts whole terms
+    assert split_range(96, 2 * TERM + 32, TERM, 100) == [(96, TERM), (TERM, 2 * TERM), (2 * TERM, 2 * TERM + 32)]
+    assert split_range(0, TERM, TERM, 64 * 1024 * 1024) == [(0, TERM)]
+    assert split_range(5 * TERM, 5 * TERM, TERM, TERM) == []
+
+
+def test_split_range_is_a_pure_function_and_covers_the_range_without_overlap():
+    rng = random.Random(3)
+    for _ in range(200):
+        start = rng.randrange(0, 50 * TERM, 32)
+        end = start + rng.randrange(0, 20 * TERM, 32)
+        max_bytes = rng.choice([1, TERM, 2 * TERM, 5 * TERM + 7, 64 << 20])
+        pieces = split_range(start, end, TERM, max_bytes)
+        assert pieces == split_range(start, end, TERM, max_bytes)
+        if start == end:
+            assert pieces == []
+            continue
+        assert pieces[0][0] == start and pieces[-1][1] == end
+        for (a, b), (c, _) in zip(pieces, pieces[1:]):
+            assert b == c and b % TERM == 0
+        assert all(b - a <= max(max_bytes - max_bytes % TERM, TERM) for a, b in pieces)
+
+
+def test_plan_partitions_numbers_partitions_across_recordings_and_carries_the_limit():
+    s = Stream()
+    parts = plan_partitions([(s.facts(), 0, 3 * TERM, 3 * TERM + 64), (s.facts(), TERM, 2 * TERM, 2 * TERM)],
+                            TERM, "/a", None)
+    assert [p.index for p in parts] == [0, 1, 2, 3]
+    assert [(p.start, p.end, p.limit) for p in parts] == [
+        (0, TERM, 3 * TERM + 64), (TERM, 2 * TERM, 3 * TERM + 64), (2 * TERM, 3 * TERM, 3 * TERM + 64),
+        (TERM, 2 * TERM, 2 * TERM)]
+    import pickle
+
+    assert pickle.loads(pickle.dumps(parts[0])) == parts[0]
+
+
+# -- decoding ------------------------------------------------------------------------------------------------
+
+
+def random_stream(seed: int, count: int, straddle: bool = True, start: int = 0) -> Stream:
+    rng = random.Random(seed)
+    s = Stream(start=start, straddle=straddle)
+    for i in range(count):
+        size = rng.choice([0, 0, 1, 12, 13, 31, 64, 100, 1376, 1377, 3000, 5000, 9000])
+        s.add(rng.randbytes(size), reserved=i * 1_000_003)
+    return s
+
+
+@pytest.mark.parametrize("straddle", [True, False])
+@pytest.mark.parametrize("max_bytes", [TERM, 2 * TERM, 1 << 30])
+@pytest.mark.parametrize("chunk", [2048, 8192, 1 << 20])
+def test_partitions_together_give_every_message_exactly_once_in_order(straddle, max_bytes, chunk):
+    s = random_stream(11, 120, straddle)
+    end = s.position
+    rows = []
+    for a, b in split_range(s.start, end, TERM, max_bytes):
+        rows += decode(s, partition(s, a, b, end), chunk)
+    assert rows == s.messages
+
+
+def test_a_partition_skips_leading_continuation_fragments_and_finishes_its_last_message_past_its_end():
+    s = Stream()
+    while s.position < TERM - 3000:
+        s.add(b"a" * 200)
+    straddler = s.add(bytes(range(256)) * 30)  # 7680 bytes from just below the first term boundary
+    assert straddler < TERM < s.position
+    s.add(b"after")
+    first = decode(s, partition(s, 0, TERM, s.position))
+    second = decode(s, partition(s, TERM, s.position, s.position))
+    assert first[-1][0] == straddler and first[-1][1] == bytes(range(256)) * 30
+    assert [r[0] for r in second] == [s.messages[-1][0]]
+    assert first + second == s.messages
+
+
+def test_a_partition_whose_range_lies_inside_one_message_owns_nothing():
+    s = Stream()
+    s.add(b"x" * 100)
+    big = s.add(bytes(60_000))  # fragments over many frames
+    s.add(b"y")
+    inner_start = big + 10 * 1408 - (big + 10 * 1408) % 32
+    # find a frame start inside the big message
+    pos = big
+    while pos < inner_start:
+        pos += 1408
+    assert decode(s, partition(s, pos, pos + 4 * 1408, s.position)) == []
+
+
+def test_padding_is_skipped_whether_chunks_carry_its_header_or_leave_it_out():
+    s = random_stream(5, 80, straddle=False)
+    for omit in (False, True):
+        rows = decode(s, partition(s, 0, s.position, s.position), 4096, omit_pads=omit)
+        assert rows == s.messages
+
+
+def test_zero_length_and_tiny_payloads_are_exact():
+    s = Stream()
+    for size in [0, 1, 2, 3, 4, 5, 11, 12, 13, 0, 16, 0]:
+        s.add(bytes(range(1, size + 1)))
+    assert decode(s, partition(s, 0, s.position, s.position)) == s.messages
+
+
+def test_a_recording_starting_mid_term_reads_from_its_start():
+    s = random_stream(9, 60, start=3 * TERM + 4096)
+    rows = []
+    for a, b in split_range(s.start, s.position, TERM, TERM):
+        rows += decode(s, partition(s, a, b, s.position))
+    assert rows == s.messages
+
+
+def test_a_start_that_is_not_a_frame_boundary_is_an_error_naming_recording_and_position():
+    s = random_stream(1, 10)
+    bad = s.messages[2][0] + 32
+    p = partition(s, bad, s.position, s.position)
+    decoder = PartitionDecoder(p, SCHEMA)
+    with pytest.raises(ArchiveError, match=rf"recording 5: position {bad} is not the start of a frame"):
+        list(decoder.batches([(memoryview(s.buffer)[bad:bad + 4096], bad)]))
+
+
+def test_a_message_cut_by_the_limit_is_an_error_naming_its_position():
+    s = Stream()
+    s.add(b"a")
+    big = s.add(bytes(5000))
+    with pytest.raises(ArchiveError, match=rf"recording 5: the message beginning at position {big} is incomplete"):
+        decode(s, partition(s, 0, big + 32, big + 1440))
+
+
+def test_data_ending_before_the_partition_end_is_an_error():
+    s = Stream()
+    for _ in range(10):
+        s.add(b"z" * 100)
+    with pytest.raises(ArchiveError, match="recording 5: data ends at position"):
+        decoder = PartitionDecoder(partition(s, 0, s.position, s.position), SCHEMA)
+        list(decoder.batches(s.chunks(0, s.position - 160, 4096)))
+
+
+def test_binary_column_matches_python_slicing_for_all_small_lengths():
+    import numpy as np
+
+    rng = random.Random(2)
+    buf = bytearray()
+    starts, lengths = [], []
+    for _ in range(500):
+        n = rng.randrange(0, 40)
+        starts.append(len(buf) + HEADER_LENGTH)
+        lengths.append(n)
+        buf += bytes(HEADER_LENGTH) + rng.randbytes(n) + bytes(align(HEADER_LENGTH + n, 32) - HEADER_LENGTH - n)
+    arr = binary_column(np.frombuffer(bytes(buf), np.uint8), np.array(starts, np.int64), np.array(lengths, np.int32))
+    assert arr.type == pa.binary()
+    assert arr.to_pylist() == [bytes(buf[a:a + n]) for a, n in zip(starts, lengths)]

@@ -1,0 +1,118 @@
+"""Option parsing: every mistake is reported up front, naming the option (and the value)."""
+
+from __future__ import annotations
+
+import pytest
+
+from connector.options import (
+    EARLIEST,
+    LATEST,
+    OPTIONS,
+    ConnectionOptions,
+    Mode,
+    OptionError,
+    OptionSpec,
+    SourceOptions,
+    options_table,
+    parse_options,
+    parse_string,
+    register_option,
+)
+
+BASE = {"archivedir": "/tmp/a", "recordingid": "3"}  # Spark lowercases keys
+
+
+def parse(streaming: bool | None = True, **extra: str) -> SourceOptions:
+    return SourceOptions.parse({**BASE, **{k.lower(): v for k, v in extra.items()}}, streaming)
+
+
+def test_defaults_and_types():
+    o = parse()
+    assert o.archive_dir == "/tmp/a" and o.connection is None
+    assert o.selection.recording_ids == (3,)
+    assert o.starting.kind == "earliest" and o.ending.kind == "latest"
+    assert o.max_bytes_per_partition == 64 << 20 and o.fail_on_data_loss is True
+    assert o.max_bytes_per_trigger is None and o.min_bytes_per_trigger is None and o.max_trigger_delay_ms == 900_000
+    o = parse(maxBytesPerTrigger="16m", minBytesPerTrigger="1024", maxTriggerDelay="30s", failOnDataLoss="FALSE",
+              maxBytesPerPartition="1g")
+    assert (o.max_bytes_per_trigger, o.min_bytes_per_trigger, o.max_trigger_delay_ms) == (16 << 20, 1024, 30_000)
+    assert o.fail_on_data_loss is False and o.max_bytes_per_partition == 1 << 30
+
+
+def test_running_archive_location_defaults():
+    o = SourceOptions.parse({"recordingids": "1, 2,7", "controlstreamid": "11"}, False)
+    assert o.archive_dir is None and o.selection.recording_ids == (1, 2, 7)
+    c = o.connection
+    assert isinstance(c, ConnectionOptions)
+    assert (c.control_channel, c.control_stream_id, c.replay_stream_id) == (
+        "aeron:udp?endpoint=localhost:8010", 11, 0x5EE7)
+    assert c.replay_channel == "aeron:udp?endpoint=localhost:0"
+
+
+def test_position_specs():
+    o = parse(startingPosition='{"3": 4096}')
+    assert o.starting.for_recording(3) == 4096 and o.starting.for_recording(9) == EARLIEST
+    o = parse(False, startingPosition="latest", endingPosition='{"3": -1}')
+    assert o.starting.for_recording(3) == LATEST and o.ending.for_recording(3) == LATEST
+    o = SourceOptions.parse({"channel": "aeron:ipc", "streamid": "5", "startingposition": '{"8": 64}'}, True)
+    assert o.selection.channel == "aeron:ipc" and o.starting.for_recording(8) == 64
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"bogus": "1"}, "unknown option 'bogus'"),
+    ({"recordingId": "x"}, "option recordingId: expected an integer, got 'x'"),
+    ({"recordingId": "-1"}, "option recordingId: expected an integer >= 0, got '-1'"),
+    ({"maxBytesPerTrigger": "lots"}, "option maxBytesPerTrigger: expected a byte size"),
+    ({"maxBytesPerTrigger": "0"}, "option maxBytesPerTrigger: expected a positive byte size"),
+    ({"maxBytesPerPartition": "-5"}, "option maxBytesPerPartition"),
+    ({"maxTriggerDelay": "soon", "minBytesPerTrigger": "1"}, "option maxTriggerDelay: expected a duration"),
+    ({"maxTriggerDelay": "1m"}, "option maxTriggerDelay only applies together with minBytesPerTrigger"),
+    ({"minBytesPerTrigger": "2m", "maxBytesPerTrigger": "1m"}, "option minBytesPerTrigger"),
+    ({"failOnDataLoss": "sometimes"}, "option failOnDataLoss: expected true or false, got 'sometimes'"),
+    ({"startingPosition": "first"}, "option startingPosition: expected earliest or latest or JSON"),
+    ({"startingPosition": "{\"3\": 33}"}, "position 33 of recording 3 is not a frame boundary"),
+    ({"startingPosition": "{\"3\": \"a\"}"}, "option startingPosition: position of recording 3 is not an integer"),
+    ({"startingPosition": "{\"x\": 0}"}, "option startingPosition: key 'x' is not a recording id"),
+    ({"startingPosition": "{\"4\": 0}"}, "option startingPosition names recording 4, which is not among"),
+    ({"startingPosition": "{\"3\": -7}"}, "option startingPosition: position of recording 3 must be >= 0"),
+    ({"endingPosition": "latest"}, "option endingPosition applies to batch reads"),
+    ({"controlChannel": "aeron:ipc"}, "options archiveDir and controlChannel name two locations"),
+    ({"recordingIds": "1,2"}, "give exactly one of the options recordingId, recordingIds, or channel"),
+    ({"streamId": "4"}, "option streamId only applies together with channel"),
+    ({"sbeMessage": "Trade"}, "option sbeMessage needs sbeSchema"),
+    ({"sbeSchema": "/no/such/schema.xml"}, "option sbeSchema: no such file"),
+    ({"sbe.onError": "ignore"}, "option sbe.onError: expected fail or null, got 'ignore'"),
+    ({"controlStreamId": "99999999999"}, "option controlStreamId: expected an integer <= 2147483647"),
+])
+def test_each_mistake_names_the_option(options, message):
+    with pytest.raises(OptionError, match=message.replace("(", r"\(").replace("{", r"\{").replace("[", r"\[")
+                       .replace("?", r"\?")):
+        parse(True, **options)
+
+
+def test_batch_only_and_stream_only_options_are_rejected_in_the_other_mode():
+    with pytest.raises(OptionError, match="option maxBytesPerTrigger applies to streaming reads"):
+        parse(False, maxBytesPerTrigger="1m")
+    parse(False, endingPosition="latest")
+    parse(None, maxBytesPerTrigger="1m")  # schema(): either mode
+
+
+def test_channel_needs_a_stream_id_and_no_selection_is_an_error():
+    with pytest.raises(OptionError, match="option channel needs streamId"):
+        SourceOptions.parse({"archivedir": "/a", "channel": "aeron:ipc"}, True)
+    with pytest.raises(OptionError, match="got none"):
+        SourceOptions.parse({"archivedir": "/a"}, True)
+
+
+def test_spark_path_key_is_ignored_and_table_is_extensible():
+    parse(path="/somewhere")
+    register_option(OptionSpec("testOnlyOption", parse_string, "x", Mode.WRITE, "for this test"))
+    try:
+        parsed = parse_options({"testonlyoption": "y", "recordingid": "1"}, Mode.STREAM_WRITE)
+        assert parsed["testOnlyOption"] == "y" and parsed.is_set("recordingId")
+        with pytest.raises(OptionError, match="option testOnlyOption applies to writes only"):
+            parse(testOnlyOption="y")
+    finally:
+        OPTIONS.pop("testonlyoption")
+    names = [row[0] for row in options_table(Mode.READ)]
+    assert "maxBytesPerTrigger" in names and "startingPosition" in names

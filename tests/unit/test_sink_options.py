@@ -1,0 +1,117 @@
+"""Sink options and input columns: every mistake is named (no Spark session, no archive)."""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
+
+from connector.options import OptionError
+from connector.sink.columns import input_layout, staged_schema, to_staged
+from connector.sink.errors import SinkSchemaError
+from connector.sink.options import STATE_SUBDIR, parse_sink_options
+
+BASE = {"channel": "aeron:ipc", "streamId": "1001", "checkpointLocation": "/chk/q1"}
+
+
+def schema(*fields: tuple[str, object]) -> StructType:
+    return StructType([StructField(name, kind, True) for name, kind in fields])
+
+
+def test_defaults_put_state_under_the_checkpoint():
+    options = parse_sink_options(BASE, streaming=True)
+    assert options.state_dir == os.path.join("/chk/q1", STATE_SUBDIR)
+    assert options.staging_dir == os.path.join(options.state_dir, "staging")
+    assert options.checkpoint_location == "/chk/q1"
+    assert (options.channel, options.stream_id, options.recording_id) == ("aeron:ipc", 1001, None)
+    assert options.source_location == "local" and options.publish_timeout_s == 30.0
+    uri = parse_sink_options(dict(BASE, checkpointLocation="file:///chk/q2"), streaming=True)
+    assert uri.state_dir == os.path.join("/chk/q2", STATE_SUBDIR)
+
+
+def test_explicit_locations_and_batch_mode():
+    options = parse_sink_options({"recordingId": "5", "sinkStateDir": "/s", "stagingLocation": "/stage",
+                                  "publishTimeout": "2s", "sourceLocation": "REMOTE"}, streaming=False)
+    assert (options.recording_id, options.state_dir, options.staging_dir) == (5, "/s", "/stage")
+    assert options.publish_timeout_s == 2.0 and options.source_location == "remote"
+    batch = parse_sink_options({"recordingId": "5"}, streaming=False)
+    assert batch.state_dir is None and batch.staging_dir
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"channel": "aeron:ipc", "checkpointLocation": "/c"}, "option channel needs option streamId"),
+    ({"streamId": "1", "checkpointLocation": "/c"}, "option streamId needs option channel"),
+    ({"checkpointLocation": "/c"}, "needs a target: option recordingId"),
+    ({"recordingId": "1", "channel": "aeron:ipc", "checkpointLocation": "/c"}, "either option recordingId"),
+    ({"recordingId": "-3", "checkpointLocation": "/c"}, "option recordingId"),
+    ({"recordingId": "x", "checkpointLocation": "/c"}, "option recordingId"),
+    ({"channel": "tcp://x", "streamId": "1", "checkpointLocation": "/c"}, "option channel"),
+    ({"recordingId": "1"}, "needs option sinkStateDir, or the query's checkpointLocation"),
+    ({"recordingId": "1", "checkpointLocation": "hdfs://nn/chk"}, "checkpointLocation='hdfs://nn/chk' uses scheme"),
+    ({"recordingId": "1", "sinkStateDir": "s3a://b/s"}, "sinkStateDir='s3a://b/s'"),
+    ({"recordingId": "1", "checkpointLocation": "/c", "sourceLocation": "far"}, "option sourceLocation"),
+    ({"recordingId": "1", "checkpointLocation": "/c", "publishTimeout": "soon"}, "option publishTimeout"),
+    ({"recordingId": "1", "checkpointLocation": "/c", "startingPosition": "earliest"}, "startingPosition"),
+    ({"recordingId": "1", "checkpointLocation": "/c", "recordingIdz": "1"}, "unknown option 'recordingIdz'"),
+    ({"recordingId": "1", "checkpointLocation": "/c", "sbeMessage": "Trade"}, "option sbeMessage needs"),
+])
+def test_bad_options_are_named(options, message):
+    with pytest.raises(OptionError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_sink_options(options, streaming=True)
+
+
+def test_input_columns():
+    options = parse_sink_options(BASE, streaming=True)
+    layout = input_layout(schema(("value", BinaryType()), ("reservedValue", LongType())), options)
+    assert (layout.value_index, layout.reserved_index) == (0, 1)
+    layout = input_layout(schema(("Value", StringType())), options)
+    assert (layout.value_index, layout.reserved_index) == (0, None)
+    with pytest.raises(SinkSchemaError, match="column 'key' is not accepted"):
+        input_layout(schema(("value", BinaryType()), ("key", StringType())), options)
+    with pytest.raises(SinkSchemaError, match="needs a column 'value'.*input columns: reservedValue"):
+        input_layout(schema(("reservedValue", LongType())), options)
+    with pytest.raises(SinkSchemaError, match="column 'value' must be binary or string, got int"):
+        input_layout(schema(("value", IntegerType())), options)
+    with pytest.raises(SinkSchemaError, match="column 'reservedValue' must be a long.*got string"):
+        input_layout(schema(("value", BinaryType()), ("reservedValue", StringType())), options)
+
+
+EXAMPLE_SCHEMA = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "market_data.xml")
+
+
+def test_sbe_columns_are_checked_and_encoded():
+    options = parse_sink_options(dict(BASE, sbeSchema=EXAMPLE_SCHEMA, sbeMessage="Trade"), streaming=True)
+    fields = schema(("symbol", StringType()), ("price_mantissa", LongType()), ("quantity", LongType()),
+                    ("timestampNs", LongType()), ("tradeId", LongType()), ("side", StringType()),
+                    ("reservedValue", LongType()))
+    layout = input_layout(fields, options)
+    assert (layout.value_index, layout.reserved_index, layout.sbe_message) == (None, 6, "Trade")
+    batch = pa.record_batch([pa.array(["AAPL", "MSFT"]), pa.array([1, 2], pa.int64()), pa.array([3, 4], pa.int64()),
+                             pa.array([5, 6], pa.int64()), pa.array([7, 8], pa.int64()), pa.array(["BUY", "SELL"]),
+                             pa.array([70, 80], pa.int64())], names=list(fields.names))
+    staged = to_staged(batch, layout, staged_schema(layout), "partition 0")
+    from connector.sbe.encode import SbeEncoder
+    expected = SbeEncoder(EXAMPLE_SCHEMA, "Trade", ignore_columns=("reservedValue",)).encode(batch)
+    assert staged.column(0).to_pylist() == expected.to_pylist() and len(expected[0].as_py()) == 56
+    assert staged.column(1).to_pylist() == [70, 80]
+    with pytest.raises(SinkSchemaError, match="column 'venue' is not a field of SBE message Trade"):
+        input_layout(schema(("symbol", StringType()), ("venue", StringType())), options)
+    with pytest.raises(OptionError, match="option sbeSchema needs option sbeMessage"):
+        input_layout(fields, parse_sink_options(dict(BASE, sbeSchema=EXAMPLE_SCHEMA), streaming=True))
+
+
+def test_conversion_to_the_staged_layout():
+    options = parse_sink_options(BASE, streaming=True)
+    layout = input_layout(schema(("value", StringType()), ("reservedValue", IntegerType())), options)
+    target = staged_schema(layout)
+    batch = pa.record_batch([pa.array(["a", "", "ü"]), pa.array([1, None, 3], pa.int32())],
+                            names=["value", "reservedValue"])
+    staged = to_staged(batch, layout, target, "partition 0")
+    assert staged.schema == target
+    assert staged.column(0).to_pylist() == [b"a", b"", "ü".encode()]
+    assert staged.column(1).to_pylist() == [1, 0, 3]
+    nulls = pa.record_batch([pa.array(["a", None]), pa.array([1, 2], pa.int32())], names=["value", "reservedValue"])
+    with pytest.raises(SinkSchemaError, match="column 'value' is null in row 1 of partition 3"):
+        to_staged(nulls, layout, target, "partition 3")
