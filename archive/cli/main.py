@@ -170,6 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     from archive.cli import stats, tail
     stats.add_subparser(sub)
     tail.add_subparser(sub)
+    from connector.sink import cli as sink_cli
+    sink_cli.add_subparser(sub)
     return parser
 
 
