@@ -7,13 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 from archive.codecs import load_archive_codec
 from archive.exceptions import ArchiveError, ArchiveTimeoutError
+from archive.native import MAX_POSITION_EXCEEDED, NOT_CONNECTED, PUBLICATION_CLOSED
 
 if TYPE_CHECKING:
     from archive.native import ExclusivePublication
 
-NOT_CONNECTED = -1
-PUBLICATION_CLOSED = -4
-MAX_POSITION_EXCEEDED = -5
 
 
 class ArchiveProxy:

@@ -144,19 +144,23 @@ class ArchiveConductor(Agent):
         self.replayer.start()
         super().start()
 
-    def do_work(self) -> int:
+    def _run_tasks(self) -> int:
+        """Run what other threads handed over (image callbacks, finished recorder/replayer sessions)."""
         work = 0
         while True:
             try:
                 task = self._tasks.get_nowait()
             except queue.Empty:
-                break
+                return work
             try:
                 task()
             except Exception as ex:
                 log.exception("conductor task failed")
                 self._on_agent_error(ex)
             work += 1
+
+    def do_work(self) -> int:
+        work = self._run_tasks()
         work += self._adapter.poll()
         done_sessions = []
         for session in self._control_sessions.values():
@@ -709,15 +713,7 @@ class ArchiveConductor(Agent):
         """Runs on the conductor thread after its loop: stop recordings, close sessions, sync the catalog."""
         self.recorder.close()
         self.replayer.close()
-        while True:  # recorder/replayer hand-backs (catalog stop positions) queued while they shut down
-            try:
-                task = self._tasks.get_nowait()
-            except queue.Empty:
-                break
-            try:
-                task()
-            except Exception:
-                log.exception("conductor task failed during close")
+        self._run_tasks()  # recorder/replayer hand-backs (catalog stop positions) queued while they shut down
         for delete in list(self._delete_sessions.values()):
             while not delete.is_done():
                 delete.do_work()

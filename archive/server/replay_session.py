@@ -15,9 +15,10 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from archive.exceptions import ArchiveError, ErrorCode
+from archive.native import MAX_POSITION_EXCEEDED, NOT_CONNECTED, PUBLICATION_CLOSED
 from archive.server.counters import WorkerTotals
 from archive.storage import frames
-from archive.storage.checksums import Checksum
+from archive.storage.checksums import Checksum, first_checksum_mismatch
 from archive.storage.recording_reader import RecordingReader
 
 if TYPE_CHECKING:
@@ -25,12 +26,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Aeron publication results.
-NOT_CONNECTED = -1
-BACK_PRESSURED = -2
-ADMIN_ACTION = -3
-PUBLICATION_CLOSED = -4
-MAX_POSITION_EXCEEDED = -5
 RECORD_ALLOCATED = 1
 TERM_MAX_LENGTH = 1 << 30
 
@@ -260,8 +255,7 @@ class ReplaySession:
                                                and batch_length < cap) else 0
         self._batch_position = position
 
-    def _checksum_mismatch(self, scan) -> int:
-        from archive.storage.checksums import first_checksum_mismatch
+    def _checksum_mismatch(self, scan: frames.FrameScan) -> int:
         return first_checksum_mismatch(self._view, scan, self._checksum)
 
     def _close_resources(self) -> None:

@@ -22,17 +22,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from archive.native import ExclusivePublication
+from archive.native import (
+    ADMIN_ACTION,
+    BACK_PRESSURED,
+    MAX_POSITION_EXCEEDED,
+    NOT_CONNECTED,
+    PUBLICATION_CLOSED,
+    ExclusivePublication,
+)
 from archive.storage import frames
 from connector.sink.errors import SinkError
 
 log = logging.getLogger(__name__)
 
-NOT_CONNECTED = -1
-BACK_PRESSURED = -2
-ADMIN_ACTION = -3
-PUBLICATION_CLOSED = -4
-MAX_POSITION_EXCEEDED = -5
 
 # Blocks are capped so one offer never runs far past the publication limit (the check is position < limit only)
 # and the recorder's block polls (at most min(term, fileIoMaxLength = 1 MiB)) keep up in step.
