@@ -167,7 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--checksum", help="CRC-32 or CRC-32C, if the archive recorded checksums")
     verify.set_defaults(func=_cmd_verify)
 
-    from archive.cli import stats, tail
+    from archive.cli import export, stats, tail
+    export.add_subparser(sub)
     stats.add_subparser(sub)
     tail.add_subparser(sub)
     from connector.sink import cli as sink_cli

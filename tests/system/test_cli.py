@@ -9,7 +9,7 @@ import pytest
 
 from archive.cli.main import main
 from archive.constants import RecordingSignal
-from system.harness import SMALL_TERM, Harness, payloads_of
+from system.harness import SMALL_TERM, Harness, collect, payloads_of
 from system.test_record_replay import record
 
 
@@ -77,3 +77,23 @@ def test_stats_and_tail(recorded, capsys, aeron_dir):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 50
     assert lines[7].split()[0] == str(spans[7][0]) and lines[7].endswith("message 7")
+
+
+def test_export_to_parquet(recorded, tmp_path, capsys):
+    import pyarrow.parquet as pq
+    h, recording_id, spans, pub, payloads, channel = recorded
+    h.client.stop_recording(channel, 5001)
+    h.await_signal(RecordingSignal.STOP, recording_id)
+    out = str(tmp_path / "export.parquet")
+    assert main(["export", str(recording_id), "--dir", h.ctx.archive_dir, "--to", out]) == 0
+    assert f"exported {len(payloads)} messages" in capsys.readouterr().out
+    table = pq.read_table(out)
+    assert table.column("value").to_pylist() == payloads
+    # A message starts where its first frame is: after a term-end pad, not where the previous message ended.
+    replay = h.client.replay(recording_id, "aeron:ipc", 5002, position=0, length=-2)
+    starts = [header.start_position for _, _, header in collect(replay, len(payloads))]
+    replay.close()
+    assert table.column("position").to_pylist() == starts
+    assert set(table.column("recordingId").to_pylist()) == {recording_id}
+    assert main(["export", "999", "--dir", h.ctx.archive_dir, "--to", out]) == 2
+    assert "999" in capsys.readouterr().err
