@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from archive.constants import NULL_POSITION
+from aeron_archive_spark.archive.constants import NULL_POSITION
 
 
 @dataclass(frozen=True, slots=True)

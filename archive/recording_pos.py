@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 from typing import Protocol
 
-from archive.constants import ARCHIVE_RECORDING_POSITION_TYPE_ID, NULL_COUNTER_ID, NULL_VALUE
+from aeron_archive_spark.archive.constants import ARCHIVE_RECORDING_POSITION_TYPE_ID, NULL_COUNTER_ID, NULL_VALUE
 
 MAX_KEY_LENGTH = 112
 MAX_LABEL_LENGTH = 380

@@ -35,7 +35,7 @@ if [ ! -f "$stamp" ]; then
     echo "bootstrap: installing the project and its dependencies into .venv" >&2
     .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
     .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
-    .venv/bin/python -c 'import archive, pyaeron, pyspark, pyarrow, numpy, cffi, crc32c, pyspark_aeron_archive' \
+    .venv/bin/python -c 'import aeron_archive_spark.archive, aeron_archive_spark.connector, pyaeron, pyspark, pyarrow, numpy, cffi, crc32c, pyspark_aeron_archive' \
         || { echo "bootstrap: installation failed" >&2; exit 1; }
     # Spark finds `pyspark_*` modules with pkgutil.iter_modules(), which does not see setuptools' editable
     # finder; a path entry for the shim's directory makes the editable install auto-register too.

@@ -30,9 +30,9 @@ import socket
 import tempfile
 import threading
 
-from archive.channel import ChannelUri
-from archive.client.aeron_archive import default_aeron_dir
-from archive.native import AeronClient, EmbeddedMediaDriver
+from aeron_archive_spark.archive.channel import ChannelUri
+from aeron_archive_spark.archive.client.aeron_archive import default_aeron_dir
+from aeron_archive_spark.archive.native import AeronClient, EmbeddedMediaDriver
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from enum import Flag, auto
 from typing import TYPE_CHECKING, Any
 
-from archive.constants import (
+from aeron_archive_spark.archive.constants import (
     CONTROL_CHANNEL_DEFAULT,
     CONTROL_RESPONSE_CHANNEL_DEFAULT,
     CONTROL_RESPONSE_STREAM_ID_DEFAULT,
@@ -30,7 +30,7 @@ from archive.constants import (
 )
 
 if TYPE_CHECKING:
-    from archive.client.aeron_archive import AeronArchive
+    from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
 
 # Keys Spark itself puts into the options (`load(path)` / `save(path)`); never reported as unknown.
 SPARK_KEYS = frozenset({"path"})
@@ -315,7 +315,7 @@ class ParsedOptions:
         return name in self.given
 
 
-_EXTENSIONS = ("connector.sink.options",)  # modules that register rows of their own
+_EXTENSIONS = ("aeron_archive_spark.connector.sink.options",)  # modules that register rows of their own
 
 
 def _load_extensions() -> None:
@@ -409,7 +409,7 @@ class ConnectionOptions:
         """`aeronDir`, else $AERON_DIR, else Aeron's default directory for this user."""
         if self.aeron_dir:
             return self.aeron_dir
-        from archive.client.aeron_archive import default_aeron_dir
+        from aeron_archive_spark.archive.client.aeron_archive import default_aeron_dir
 
         return default_aeron_dir()
 
@@ -419,7 +419,7 @@ class ConnectionOptions:
 
     def connect(self, client_name: str = "aeron-archive-spark") -> AeronArchive:
         """An AeronArchive client; errors name the control channel, stream and media driver directory."""
-        from archive.client.aeron_archive import AeronArchive
+        from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
 
         aeron_dir = self.resolved_aeron_dir()
         if not os.path.isdir(aeron_dir):

@@ -35,9 +35,9 @@ def say(message: str) -> None:
 
 def record_sample(archive_dir: str, messages: int) -> None:
     """Two stopped recordings of text messages: "trades" (stream 1001) and "quotes" (stream 1002)."""
-    from archive import AeronArchive, SourceLocation
-    from archive.server.archive import Archive
-    from archive.server.context import ArchiveContext
+    from aeron_archive_spark.archive import AeronArchive, SourceLocation
+    from aeron_archive_spark.archive.server.archive import Archive
+    from aeron_archive_spark.archive.server.context import ArchiveContext
 
     with Archive.launch(ArchiveContext(archive_dir=archive_dir, control_channel=None,
                                        segment_file_length=256 * 1024)) as archive, \
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         record_sample(archive_dir, args.messages)
 
     # The catalog tells which recordings there are (`aeron-archive list --dir DIR` prints the same).
-    from archive.storage.catalog import Catalog
+    from aeron_archive_spark.archive.storage.catalog import Catalog
     with Catalog(archive_dir, writable=False) as catalog:
         descriptors = list(catalog.descriptors())
     if not descriptors:

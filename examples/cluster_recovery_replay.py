@@ -41,11 +41,11 @@ import threading
 import time
 from dataclasses import dataclass
 
-from archive import AeronArchive, SourceLocation
-from archive.channel import add_session_id
-from archive.constants import RecordingSignal
-from archive.native import AeronClient, ControlledAction
-from archive.storage.frames import FRAME_ALIGNMENT, HEADER_LENGTH, align
+from aeron_archive_spark.archive import AeronArchive, SourceLocation
+from aeron_archive_spark.archive.channel import add_session_id
+from aeron_archive_spark.archive.constants import RecordingSignal
+from aeron_archive_spark.archive.native import AeronClient, ControlledAction
+from aeron_archive_spark.archive.storage.frames import FRAME_ALIGNMENT, HEADER_LENGTH, align
 
 LOG_CHANNEL = "aeron:ipc?term-length=64k"
 LOG_STREAM_ID = 100  # Aeron Cluster's log stream id
@@ -235,8 +235,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--processed must be between 0 and --entries")
     replay_channel = args.replay_channel or f"aeron:udp?endpoint=localhost:{free_udp_port()}"
 
-    from archive.server.archive import Archive
-    from archive.server.context import ArchiveContext
+    from aeron_archive_spark.archive.server.archive import Archive
+    from aeron_archive_spark.archive.server.context import ArchiveContext
 
     archive = temp_dir = None
     if args.aeron_dir is None:

@@ -47,7 +47,7 @@ class TradePublisher(threading.Thread):
 
     def __init__(self, publication, seconds: float, rate: int) -> None:
         super().__init__(name="trade-publisher", daemon=True)
-        from archive.codecs.codec import SbeCodec
+        from aeron_archive_spark.archive.codecs.codec import SbeCodec
         self.codec = SbeCodec.from_xml(SCHEMA)
         self.publication = publication
         self.seconds = seconds
@@ -115,11 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-    from archive import AeronArchive
-    from archive.cli.stats import collect
-    from archive.constants import RecordingSignal
-    from archive.server.archive import Archive
-    from archive.server.context import ArchiveContext
+    from aeron_archive_spark.archive import AeronArchive
+    from aeron_archive_spark.archive.cli.stats import collect
+    from aeron_archive_spark.archive.constants import RecordingSignal
+    from aeron_archive_spark.archive.server.archive import Archive
+    from aeron_archive_spark.archive.server.context import ArchiveContext
 
     archive = None
     if args.aeron_dir is None:

@@ -11,7 +11,7 @@ This script:
    new recording, and stops it after a few batches (possibly in the middle of one);
 2. deletes Spark's last commit-log entry, as if the driver had crashed right after the sink committed that batch;
 3. restarts the query from the checkpoint: Spark re-runs that batch, the sink skips it, and the query continues;
-4. prints the batch map (`connector.sink.read_batch_map`) and reads the recording back, checking that every row
+4. prints the batch map (`aeron_archive_spark.connector.sink.read_batch_map`) and reads the recording back, checking that every row
    of every committed batch is there exactly once, inside its batch's position range.
 
 Run it on its own (embedded archive in a temporary directory):
@@ -83,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows_per_batch = args.rows_per_batch
 
-    from archive.server.archive import Archive
-    from archive.server.context import ArchiveContext
+    from aeron_archive_spark.archive.server.archive import Archive
+    from aeron_archive_spark.archive.server.context import ArchiveContext
 
     temp_dir = tempfile.mkdtemp(prefix="exactly-once-")
     checkpoint = os.path.join(temp_dir, "checkpoint")
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from connector.sink import read_batch_map, read_sink_state
+    from aeron_archive_spark.connector.sink import read_batch_map, read_sink_state
 
     spark = (SparkSession.builder.master("local[2]").appName("exactly-once-sink")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")

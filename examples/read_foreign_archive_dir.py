@@ -67,9 +67,9 @@ def generate_with_java(work: Path) -> tuple[Path, dict] | None:
 
 def generate_with_python(work: Path) -> Path:
     """A directory written by this project's archive (used when Java is not available)."""
-    from archive import AeronArchive, SourceLocation
-    from archive.server.archive import Archive
-    from archive.server.context import ArchiveContext
+    from aeron_archive_spark.archive import AeronArchive, SourceLocation
+    from aeron_archive_spark.archive.server.archive import Archive
+    from aeron_archive_spark.archive.server.context import ArchiveContext
 
     archive_dir = work / "archive"
     say(f"recording with this project's archive into {archive_dir}")
@@ -95,7 +95,7 @@ def generate_with_python(work: Path) -> Path:
 def readable_copy_if_needed(archive_dir: Path, work: Path) -> Path:
     """The directory to read: `archive_dir` itself, or a copy with position-named segment files if its catalog
     predates Aeron's catalog 1.0 migration (segment files named by index)."""
-    from archive.storage.catalog import Catalog, semantic_version_major, semantic_version_string
+    from aeron_archive_spark.archive.storage.catalog import Catalog, semantic_version_major, semantic_version_string
 
     with Catalog(archive_dir, writable=False) as catalog:
         version = catalog.version
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                 archive_dir = generate_with_python(work)
 
         # What `aeron-archive list --dir DIR` prints (the command line tool, called in-process).
-        from archive.cli.main import main as aeron_archive_cli
+        from aeron_archive_spark.archive.cli.main import main as aeron_archive_cli
         say(f"aeron-archive list --dir {archive_dir}")
         if aeron_archive_cli(["list", "--dir", str(archive_dir)]) != 0:
             return 1
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         from pyspark.sql import SparkSession
         from pyspark.sql import functions as F
 
-        from archive.storage.catalog import Catalog
+        from aeron_archive_spark.archive.storage.catalog import Catalog
 
         spark = (SparkSession.builder.master("local[2]").appName("read-foreign-archive-dir")
                  .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")

@@ -20,9 +20,9 @@ import sys
 import tempfile
 import time
 
-from archive import AeronArchive, SourceLocation
-from archive.constants import REPLAY_ALL_AND_STOP, RecordingSignal
-from archive.storage.frames import FRAME_ALIGNMENT, HEADER_LENGTH, align
+from aeron_archive_spark.archive import AeronArchive, SourceLocation
+from aeron_archive_spark.archive.constants import REPLAY_ALL_AND_STOP, RecordingSignal
+from aeron_archive_spark.archive.storage.frames import FRAME_ALIGNMENT, HEADER_LENGTH, align
 
 CHANNEL = "aeron:ipc?term-length=64k"  # small terms, so the recording spans several terms and segment files
 STREAM_ID = 1001
@@ -148,8 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     own.add_argument("--control-stream-id", type=int, default=10)
     args = parser.parse_args(argv)
 
-    from archive.server.archive import Archive
-    from archive.server.context import ArchiveContext
+    from aeron_archive_spark.archive.server.archive import Archive
+    from aeron_archive_spark.archive.server.context import ArchiveContext
 
     archive = temp_dir = None
     if args.aeron_dir is None:

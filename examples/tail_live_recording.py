@@ -8,7 +8,7 @@ A publisher thread streams messages into a recording while a streaming query rea
   control channel instead);
 - `maxBytesPerTrigger` caps each micro-batch (cut at message boundaries), so a backlog is worked off in steps;
 - `foreachBatch` prints each micro-batch's rows and position range;
-- `connector.listener.BytesBehindListener` turns each progress event into "bytes behind the live end" per recording
+- `aeron_archive_spark.connector.listener.BytesBehindListener` turns each progress event into "bytes behind the live end" per recording
   (Kafka's offsets-behind-latest, in bytes).
 
 It stops when the query has read everything the publisher sent, and checks that every message arrived once, in
@@ -95,10 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.aeron_dir and not args.archive_dir:
         parser.error("--archive-dir is required with --aeron-dir (the query reads the segment files)")
 
-    from archive import AeronArchive, SourceLocation
-    from archive.constants import RecordingSignal
-    from archive.server.archive import Archive
-    from archive.server.context import ArchiveContext
+    from aeron_archive_spark.archive import AeronArchive, SourceLocation
+    from aeron_archive_spark.archive.constants import RecordingSignal
+    from aeron_archive_spark.archive.server.archive import Archive
+    from aeron_archive_spark.archive.server.context import ArchiveContext
 
     temp_dir = tempfile.mkdtemp(prefix="tail-live-")
     archive = None
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         from pyspark.sql import SparkSession
 
-        from connector.listener import BytesBehindListener
+        from aeron_archive_spark.connector.listener import BytesBehindListener
 
         spark = (SparkSession.builder.master("local[2]").appName("tail-live-recording")
                  .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")

@@ -20,7 +20,7 @@ def free_udp_port() -> int:
 
 @pytest.fixture(scope="session")
 def media_driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    from archive.native import EmbeddedMediaDriver
+    from aeron_archive_spark.archive.native import EmbeddedMediaDriver
     # A fast driver timer makes images go unavailable promptly after their publications close.
     driver = EmbeddedMediaDriver(str(tmp_path_factory.mktemp("aeron") / "driver"),
                                  settings={"AERON_TIMER_INTERVAL": "20ms"})

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from archive.exceptions import ArchiveError, ErrorCode
+from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
 
 PARTITION_BYTES = 64 * 1024 * 1024
 
@@ -21,12 +21,12 @@ def export_recording(archive_dir: str, recording_id: int, to: str, sbe_schema: s
     import pyarrow.parquet as pq
     from tqdm import tqdm
 
-    from connector.options import SourceOptions
-    from connector.source.decode import decode_partition
-    from connector.source.location import facts_of, open_recording_source
-    from connector.source.payload import payload_decoder
-    from connector.source.planning import plan_partitions
-    from connector.source.schema import arrow_schema, schema_for
+    from aeron_archive_spark.connector.options import SourceOptions
+    from aeron_archive_spark.connector.source.decode import decode_partition
+    from aeron_archive_spark.connector.source.location import facts_of, open_recording_source
+    from aeron_archive_spark.connector.source.payload import payload_decoder
+    from aeron_archive_spark.connector.source.planning import plan_partitions
+    from aeron_archive_spark.connector.source.schema import arrow_schema, schema_for
 
     raw = {"archiveDir": archive_dir, "recordingId": str(recording_id)}
     if sbe_schema:

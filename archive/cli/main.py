@@ -11,9 +11,9 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from archive import constants as c
+from aeron_archive_spark.archive import constants as c
 
-log = logging.getLogger("archive.cli")
+log = logging.getLogger("aeron_archive_spark.archive.cli")
 
 
 def _size(text: str) -> int:
@@ -29,8 +29,8 @@ def _size(text: str) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from archive.server.archive import Archive
-    from archive.server.context import ArchiveContext
+    from aeron_archive_spark.archive.server.archive import Archive
+    from aeron_archive_spark.archive.server.context import ArchiveContext
 
     ctx = ArchiveContext(
         archive_dir=args.dir, aeron_dir=args.aeron_dir,
@@ -64,7 +64,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _open_catalog(archive_dir: str):
-    from archive.storage.catalog import Catalog
+    from aeron_archive_spark.archive.storage.catalog import Catalog
     if not os.path.isfile(os.path.join(archive_dir, c.CATALOG_FILE_NAME)):
         raise SystemExit(f"aeron-archive: no {c.CATALOG_FILE_NAME} in {archive_dir}")
     return Catalog(archive_dir, writable=False)
@@ -91,7 +91,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_describe(args: argparse.Namespace) -> int:
-    from archive.storage import segments
+    from aeron_archive_spark.archive.storage import segments
     catalog = _open_catalog(args.dir)
     try:
         descriptor = catalog.find(args.recording_id)
@@ -109,8 +109,8 @@ def _cmd_describe(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from archive.storage.checksums import checksum_for_name
-    from archive.storage.verify import verify_archive
+    from aeron_archive_spark.archive.storage.checksums import checksum_for_name
+    from aeron_archive_spark.archive.storage.verify import verify_archive
     checksum = checksum_for_name(args.checksum) if args.checksum else None
     results = verify_archive(args.dir, fix=args.fix, checksum=checksum)
     failed = 0
@@ -167,11 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--checksum", help="CRC-32 or CRC-32C, if the archive recorded checksums")
     verify.set_defaults(func=_cmd_verify)
 
-    from archive.cli import export, stats, tail
+    from aeron_archive_spark.archive.cli import export, stats, tail
     export.add_subparser(sub)
     stats.add_subparser(sub)
     tail.add_subparser(sub)
-    from connector.sink import cli as sink_cli
+    from aeron_archive_spark.connector.sink import cli as sink_cli
     sink_cli.add_subparser(sub)
     return parser
 
@@ -183,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level = min(level, logging.INFO)
     logging.basicConfig(level=max(level, logging.DEBUG), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from archive.exceptions import ArchiveError
+    from aeron_archive_spark.archive.exceptions import ArchiveError
     try:
         return args.func(args)
     except (ValueError, ArchiveError) as ex:

@@ -6,7 +6,7 @@ import argparse
 import json
 import time
 
-from archive import constants as c
+from aeron_archive_spark.archive import constants as c
 
 ARCHIVE_TYPES = {
     c.ARCHIVE_RECORDING_POSITION_TYPE_ID, c.ARCHIVE_ERROR_COUNT_TYPE_ID, c.ARCHIVE_CONTROL_SESSIONS_TYPE_ID,
@@ -20,7 +20,7 @@ ARCHIVE_TYPES = {
 
 
 def collect(aeron_dir: str, include_all: bool = False) -> list[dict[str, object]]:
-    from archive.native import AeronClient
+    from aeron_archive_spark.archive.native import AeronClient
     with AeronClient(aeron_dir, client_name="aeron-archive-stats") as client:
         return [
             {"counterId": info.counter_id, "typeId": info.type_id, "value": info.value, "label": info.label}
@@ -39,7 +39,7 @@ def add_subparser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from archive.client.aeron_archive import default_aeron_dir
+    from aeron_archive_spark.archive.client.aeron_archive import default_aeron_dir
     aeron_dir = args.aeron_dir or default_aeron_dir()
     while True:
         rows = collect(aeron_dir, args.all)

@@ -7,7 +7,7 @@ import json
 import sys
 import time
 
-from archive import constants as c
+from aeron_archive_spark.archive import constants as c
 
 
 def _render(data: memoryview, position: int, fmt: str, limit: int) -> str:
@@ -37,8 +37,8 @@ def add_subparser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from archive.client.aeron_archive import AeronArchive
-    from archive.exceptions import ArchiveError
+    from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
+    from aeron_archive_spark.archive.exceptions import ArchiveError
     client = AeronArchive.connect(aeron_dir=args.aeron_dir, control_request_channel=args.control_channel,
                                   control_request_stream_id=args.control_stream_id,
                                   control_response_channel=args.response_channel, client_name="aeron-archive-tail")

@@ -1,6 +1,6 @@
 """The archive client: `AeronArchive` and the pieces it is built from."""
 
-from archive.client.aeron_archive import (
+from aeron_archive_spark.archive.client.aeron_archive import (
     AeronArchive,
     RecordingSignalEvent,
     RecordingSubscriptionDescriptor,

@@ -15,11 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from archive.channel import ChannelUri, add_session_id, initial_position_params
-from archive.client.archive_proxy import ArchiveProxy
-from archive.codecs import CodecError, load_archive_codec
-from archive.codecs import templates as t
-from archive.constants import (
+from aeron_archive_spark.archive.channel import ChannelUri, add_session_id, initial_position_params
+from aeron_archive_spark.archive.client.archive_proxy import ArchiveProxy
+from aeron_archive_spark.archive.codecs import CodecError, load_archive_codec
+from aeron_archive_spark.archive.codecs import templates as t
+from aeron_archive_spark.archive.constants import (
     CONTROL_CHANNEL_DEFAULT,
     CONTROL_RESPONSE_CHANNEL_DEFAULT,
     CONTROL_RESPONSE_STREAM_ID_DEFAULT,
@@ -33,9 +33,9 @@ from archive.constants import (
     RecordingSignal,
     SourceLocation,
 )
-from archive.descriptor import RecordingDescriptor
-from archive.exceptions import ArchiveError, ArchiveTimeoutError, ErrorCode
-from archive.native import AeronClient, ExclusivePublication, Publication, Subscription
+from aeron_archive_spark.archive.descriptor import RecordingDescriptor
+from aeron_archive_spark.archive.exceptions import ArchiveError, ArchiveTimeoutError, ErrorCode
+from aeron_archive_spark.archive.native import AeronClient, ExclusivePublication, Publication, Subscription
 
 log = logging.getLogger(__name__)
 

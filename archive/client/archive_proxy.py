@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from archive.codecs import load_archive_codec
-from archive.exceptions import ArchiveError, ArchiveTimeoutError
-from archive.native import MAX_POSITION_EXCEEDED, NOT_CONNECTED, PUBLICATION_CLOSED
+from aeron_archive_spark.archive.codecs import load_archive_codec
+from aeron_archive_spark.archive.exceptions import ArchiveError, ArchiveTimeoutError
+from aeron_archive_spark.archive.native import MAX_POSITION_EXCEEDED, NOT_CONNECTED, PUBLICATION_CLOSED
 
 if TYPE_CHECKING:
-    from archive.native import ExclusivePublication
+    from aeron_archive_spark.archive.native import ExclusivePublication
 
 
 

@@ -1,7 +1,7 @@
 """Aeron Archive control protocol (SBE schema 101, version 14) and a general schema-driven SBE codec.
 
 `CODEC` is the archive codec, built once at import from `aeron-archive-codecs.xml`; template ids are in
-`archive.codecs.templates`.
+`aeron_archive_spark.archive.codecs.templates`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The one FFI module over the Aeron C API: cffi ABI-mode bindings to pyaeron's extension plus thin wrappers.
 
-See docs/architecture.md ("archive.native") for the contract. Hot paths (block poll, offer_block) move whole
+See docs/architecture.md ("aeron_archive_spark.archive.native") for the contract. Hot paths (block poll, offer_block) move whole
 blocks through zero-copy memoryviews; everything else returns promptly or raises NativeAeronError.
 """
 

@@ -2,7 +2,7 @@
 
 pyaeron's Python API has no block poll, offer_block or counters, but its extension module links the whole Aeron C
 client and exports every `aeron_*` symbol. We `dlopen` that already-loaded module (so there is exactly one copy of
-the C client in the process) and declare only what `archive.native` uses. Layouts follow aeronc.h; structs under
+the C client in the process) and declare only what `aeron_archive_spark.archive.native` uses. Layouts follow aeronc.h; structs under
 `#pragma pack(4)` there are declared with `pack=4` here.
 
 `ffi` is created at import (declarations are cheap); `lib` is opened lazily by `get_lib()` so that importing this

@@ -9,7 +9,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
-from archive.server.session import Session
+from aeron_archive_spark.archive.server.session import Session
 
 log = logging.getLogger(__name__)
 

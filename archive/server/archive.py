@@ -6,11 +6,11 @@ import logging
 import os
 import shutil
 
-from archive.native import AeronClient, EmbeddedMediaDriver
-from archive.server.conductor import ArchiveConductor
-from archive.server.context import ArchiveContext
-from archive.storage.catalog import Catalog
-from archive.storage.checksums import checksum_for_name
+from aeron_archive_spark.archive.native import AeronClient, EmbeddedMediaDriver
+from aeron_archive_spark.archive.server.conductor import ArchiveConductor
+from aeron_archive_spark.archive.server.context import ArchiveContext
+from aeron_archive_spark.archive.storage.catalog import Catalog
+from aeron_archive_spark.archive.storage.checksums import checksum_for_name
 
 log = logging.getLogger(__name__)
 

@@ -17,15 +17,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from archive import recording_pos
-from archive.channel import (
+from aeron_archive_spark.archive import recording_pos
+from aeron_archive_spark.archive.channel import (
     ChannelUri,
     initial_position_params,
     recording_subscription_key,
     spy_channel,
     strip_channel,
 )
-from archive.constants import (
+from aeron_archive_spark.archive.constants import (
     ARCHIVE_RECORDING_POSITION_TYPE_ID,
     NULL_POSITION,
     REPLAY_ALL_AND_FOLLOW,
@@ -35,26 +35,26 @@ from archive.constants import (
     RecordingState,
     SourceLocation,
 )
-from archive.exceptions import ArchiveError, ErrorCode
-from archive.server.agent import Agent, SessionWorker
-from archive.server.control_session import ControlSession
-from archive.server.control_session_adapter import ControlSessionAdapter
-from archive.server.counters import ArchiveCounters, WorkerTotals
-from archive.server.delete_segments_session import DeleteSegmentsSession
-from archive.server.list_recordings_session import ListRecordingsSession, uri_filter
-from archive.server.recording_events_proxy import RecordingEventsProxy
-from archive.server.recording_session import RecordingSession
-from archive.server.replay_session import LimitCounter, ReplaySession
-from archive.storage import segments
-from archive.storage.catalog import Catalog
-from archive.storage.checksums import Checksum, checksum_for_name
-from archive.storage.recording_reader import RecordingReader
-from archive.storage.recording_writer import RecordingWriter
+from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
+from aeron_archive_spark.archive.server.agent import Agent, SessionWorker
+from aeron_archive_spark.archive.server.control_session import ControlSession
+from aeron_archive_spark.archive.server.control_session_adapter import ControlSessionAdapter
+from aeron_archive_spark.archive.server.counters import ArchiveCounters, WorkerTotals
+from aeron_archive_spark.archive.server.delete_segments_session import DeleteSegmentsSession
+from aeron_archive_spark.archive.server.list_recordings_session import ListRecordingsSession, uri_filter
+from aeron_archive_spark.archive.server.recording_events_proxy import RecordingEventsProxy
+from aeron_archive_spark.archive.server.recording_session import RecordingSession
+from aeron_archive_spark.archive.server.replay_session import LimitCounter, ReplaySession
+from aeron_archive_spark.archive.storage import segments
+from aeron_archive_spark.archive.storage.catalog import Catalog
+from aeron_archive_spark.archive.storage.checksums import Checksum, checksum_for_name
+from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
+from aeron_archive_spark.archive.storage.recording_writer import RecordingWriter
 
 if TYPE_CHECKING:
-    from archive.descriptor import RecordingDescriptor
-    from archive.native import AeronClient, Image, Subscription
-    from archive.server.context import ArchiveContext
+    from aeron_archive_spark.archive.descriptor import RecordingDescriptor
+    from aeron_archive_spark.archive.native import AeronClient, Image, Subscription
+    from aeron_archive_spark.archive.server.context import ArchiveContext
 
 log = logging.getLogger(__name__)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from archive import constants as c
-from archive.channel import ChannelError, ChannelUri
-from archive.server.authenticator import Authenticator
+from aeron_archive_spark.archive import constants as c
+from aeron_archive_spark.archive.channel import ChannelError, ChannelUri
+from aeron_archive_spark.archive.server.authenticator import Authenticator
 
 
 def _is_power_of_two(value: int) -> bool:
@@ -78,6 +78,6 @@ class ArchiveContext:
         for name in ("record_checksum", "replay_checksum"):
             value = getattr(self, name)
             if value:
-                from archive.storage.checksums import checksum_for_name
+                from aeron_archive_spark.archive.storage.checksums import checksum_for_name
                 checksum_for_name(value)  # raises ValueError naming the unknown checksum
         return self

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import struct
 
-from archive.codecs import load_archive_codec
-from archive.codecs.templates import (
+from aeron_archive_spark.archive.codecs import load_archive_codec
+from aeron_archive_spark.archive.codecs.templates import (
     MESSAGE_HEADER_LENGTH,
     RECORDING_DESCRIPTOR,
     SCHEMA_ID,
     SCHEMA_VERSION,
 )
-from archive.constants import PROTOCOL_SEMANTIC_VERSION, ControlResponseCode, RecordingSignal
+from aeron_archive_spark.archive.constants import PROTOCOL_SEMANTIC_VERSION, ControlResponseCode, RecordingSignal
 
 _DESCRIPTOR_HEAD = struct.Struct("<HHHHqq")
 RECORDING_DESCRIPTOR_BLOCK_LENGTH = 80

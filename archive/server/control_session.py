@@ -13,9 +13,9 @@ from collections import deque
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from archive.channel import ChannelError, ChannelUri
-from archive.codecs import templates as t
-from archive.constants import (
+from aeron_archive_spark.archive.channel import ChannelError, ChannelUri
+from aeron_archive_spark.archive.codecs import templates as t
+from aeron_archive_spark.archive.constants import (
     CONTROL_MTU_LENGTH_DEFAULT,
     CONTROL_RESEND_INTERVAL_NS,
     CONTROL_TERM_LENGTH_DEFAULT,
@@ -23,13 +23,13 @@ from archive.constants import (
     ControlResponseCode,
     RecordingSignal,
 )
-from archive.exceptions import ArchiveError, ErrorCode
-from archive.server.authenticator import AuthDecision, Authenticator
-from archive.server.control_response_proxy import ControlResponseProxy
+from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
+from aeron_archive_spark.archive.server.authenticator import AuthDecision, Authenticator
+from aeron_archive_spark.archive.server.control_response_proxy import ControlResponseProxy
 
 if TYPE_CHECKING:
-    from archive.native import ExclusivePublication
-    from archive.server.conductor import ArchiveConductor
+    from aeron_archive_spark.archive.native import ExclusivePublication
+    from aeron_archive_spark.archive.server.conductor import ArchiveConductor
 
 log = logging.getLogger(__name__)
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from archive.codecs import CodecError, load_archive_codec
-from archive.codecs import templates as t
+from aeron_archive_spark.archive.codecs import CodecError, load_archive_codec
+from aeron_archive_spark.archive.codecs import templates as t
 
 if TYPE_CHECKING:
-    from archive.native import HeaderValues, Subscription
-    from archive.server.conductor import ArchiveConductor
+    from aeron_archive_spark.archive.native import HeaderValues, Subscription
+    from aeron_archive_spark.archive.server.conductor import ArchiveConductor
 
 log = logging.getLogger(__name__)
 

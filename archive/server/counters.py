@@ -6,8 +6,8 @@ import struct
 import threading
 from dataclasses import dataclass
 
-from archive import constants as c
-from archive.native import AeronClient, Counter
+from aeron_archive_spark.archive import constants as c
+from aeron_archive_spark.archive.native import AeronClient, Counter
 
 VERSION_TEXT = "0.1.0"
 

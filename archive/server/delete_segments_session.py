@@ -9,7 +9,7 @@ import logging
 from collections.abc import Callable
 from enum import Enum
 
-from archive.storage.segments import delete_segment_file
+from aeron_archive_spark.archive.storage.segments import delete_segment_file
 
 log = logging.getLogger(__name__)
 

@@ -10,12 +10,12 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from archive.constants import ControlResponseCode
+from aeron_archive_spark.archive.constants import ControlResponseCode
 
 if TYPE_CHECKING:
-    from archive.descriptor import RecordingDescriptor
-    from archive.server.control_session import ControlSession
-    from archive.storage.catalog import Catalog
+    from aeron_archive_spark.archive.descriptor import RecordingDescriptor
+    from aeron_archive_spark.archive.server.control_session import ControlSession
+    from aeron_archive_spark.archive.storage.catalog import Catalog
 
 log = logging.getLogger(__name__)
 

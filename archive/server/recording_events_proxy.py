@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from archive.codecs import load_archive_codec
+from aeron_archive_spark.archive.codecs import load_archive_codec
 
 if TYPE_CHECKING:
-    from archive.native import Publication
+    from aeron_archive_spark.archive.native import Publication
 
 log = logging.getLogger(__name__)
 

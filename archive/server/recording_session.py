@@ -11,13 +11,13 @@ import time
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from archive.exceptions import ArchiveError, ErrorCode
-from archive.server.counters import WorkerTotals
+from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
+from aeron_archive_spark.archive.server.counters import WorkerTotals
 
 if TYPE_CHECKING:
-    from archive.native import Counter, Image
-    from archive.server.recording_events_proxy import RecordingEventsProxy
-    from archive.storage.recording_writer import RecordingWriter
+    from aeron_archive_spark.archive.native import Counter, Image
+    from aeron_archive_spark.archive.server.recording_events_proxy import RecordingEventsProxy
+    from aeron_archive_spark.archive.storage.recording_writer import RecordingWriter
 
 log = logging.getLogger(__name__)
 

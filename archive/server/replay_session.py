@@ -14,15 +14,15 @@ from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from archive.exceptions import ArchiveError, ErrorCode
-from archive.native import MAX_POSITION_EXCEEDED, NOT_CONNECTED, PUBLICATION_CLOSED
-from archive.server.counters import WorkerTotals
-from archive.storage import frames
-from archive.storage.checksums import Checksum, first_checksum_mismatch
-from archive.storage.recording_reader import RecordingReader
+from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
+from aeron_archive_spark.archive.native import MAX_POSITION_EXCEEDED, NOT_CONNECTED, PUBLICATION_CLOSED
+from aeron_archive_spark.archive.server.counters import WorkerTotals
+from aeron_archive_spark.archive.storage import frames
+from aeron_archive_spark.archive.storage.checksums import Checksum, first_checksum_mismatch
+from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
 
 if TYPE_CHECKING:
-    from archive.native import CountersReader, ExclusivePublication
+    from aeron_archive_spark.archive.native import CountersReader, ExclusivePublication
 
 log = logging.getLogger(__name__)
 

@@ -6,12 +6,12 @@ offline tools (CLI, Spark connector) against a directory written by this archive
 
 from __future__ import annotations
 
-from archive.storage.catalog import Catalog, CatalogEntry, CatalogIndex, RecoveredRecording
-from archive.storage.checksums import Checksum, Crc32, Crc32c, checksum_for_name
-from archive.storage.frames import FrameScan, ScanStop, scan_frames
-from archive.storage.recording_reader import RecordingReader
-from archive.storage.recording_writer import RecordingWriter
-from archive.storage.segments import (
+from aeron_archive_spark.archive.storage.catalog import Catalog, CatalogEntry, CatalogIndex, RecoveredRecording
+from aeron_archive_spark.archive.storage.checksums import Checksum, Crc32, Crc32c, checksum_for_name
+from aeron_archive_spark.archive.storage.frames import FrameScan, ScanStop, scan_frames
+from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
+from aeron_archive_spark.archive.storage.recording_writer import RecordingWriter
+from aeron_archive_spark.archive.storage.segments import (
     list_segment_files,
     parse_segment_file_name,
     segment_file_base_position,
@@ -19,7 +19,7 @@ from archive.storage.segments import (
     segment_files,
     truncate_segment_files,
 )
-from archive.storage.verify import VerifyResult, verify_archive, verify_recording
+from aeron_archive_spark.archive.storage.verify import VerifyResult, verify_archive, verify_recording
 
 __all__ = [
     "Catalog",

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 
-from archive.constants import (
+from aeron_archive_spark.archive.constants import (
     CATALOG_CAPACITY_DEFAULT,
     CATALOG_FILE_NAME,
     NULL_POSITION,
@@ -38,10 +38,10 @@ from archive.constants import (
     NULL_VALUE,
     RecordingState,
 )
-from archive.descriptor import RecordingDescriptor
-from archive.exceptions import ArchiveError, ErrorCode
-from archive.storage.checksums import Checksum
-from archive.storage.frames import (
+from aeron_archive_spark.archive.descriptor import RecordingDescriptor
+from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
+from aeron_archive_spark.archive.storage.checksums import Checksum
+from aeron_archive_spark.archive.storage.frames import (
     FRAME_ALIGNMENT,
     HDR_TYPE_DATA,
     HDR_TYPE_PAD,
@@ -56,7 +56,7 @@ from archive.storage.frames import (
     scan_frames,
     to_int32,
 )
-from archive.storage.segments import (
+from aeron_archive_spark.archive.storage.segments import (
     SegmentFile,
     fsync_directory,
     highest_segment_file,

@@ -15,8 +15,8 @@ from typing import Any, Protocol, runtime_checkable
 import crc32c as _crc32c
 import numpy as np
 
-from archive.exceptions import ArchiveError, ErrorCode
-from archive.storage.frames import (
+from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
+from aeron_archive_spark.archive.storage.frames import (
     FRAME_ALIGNMENT,
     HDR_TYPE_DATA,
     HEADER_LENGTH,

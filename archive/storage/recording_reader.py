@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any
 
-from archive.constants import FILE_IO_MAX_LENGTH_DEFAULT, NULL_POSITION
-from archive.descriptor import RecordingDescriptor
-from archive.exceptions import ArchiveError, ErrorCode
-from archive.storage.frames import (
+from aeron_archive_spark.archive.constants import FILE_IO_MAX_LENGTH_DEFAULT, NULL_POSITION
+from aeron_archive_spark.archive.descriptor import RecordingDescriptor
+from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
+from aeron_archive_spark.archive.storage.frames import (
     FRAME_ALIGNMENT,
     HEADER_LENGTH,
     ScanStop,
@@ -27,7 +27,7 @@ from archive.storage.frames import (
     position_bits_to_shift,
     scan_frames,
 )
-from archive.storage.segments import segment_file_base_position, segment_file_name
+from aeron_archive_spark.archive.storage.segments import segment_file_base_position, segment_file_name
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, NoReturn
 
-from archive.exceptions import ArchiveError, ErrorCode
-from archive.storage.checksums import Checksum, apply_record_checksums
-from archive.storage.frames import HDR_TYPE_PAD, HEADER_LENGTH, buffer_length, frame_type_at
-from archive.storage.segments import fsync_directory, segment_file_base_position, segment_file_name
+from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
+from aeron_archive_spark.archive.storage.checksums import Checksum, apply_record_checksums
+from aeron_archive_spark.archive.storage.frames import HDR_TYPE_PAD, HEADER_LENGTH, buffer_length, frame_type_at
+from aeron_archive_spark.archive.storage.segments import fsync_directory, segment_file_base_position, segment_file_name
 
 log = logging.getLogger(__name__)
 

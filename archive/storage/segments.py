@@ -15,9 +15,9 @@ import re
 from dataclasses import dataclass
 from typing import Protocol
 
-from archive.constants import DELETE_SUFFIX, NULL_POSITION, RECORDING_SEGMENT_SUFFIX
-from archive.exceptions import ArchiveError, ErrorCode
-from archive.storage.frames import (
+from aeron_archive_spark.archive.constants import DELETE_SUFFIX, NULL_POSITION, RECORDING_SEGMENT_SUFFIX
+from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
+from aeron_archive_spark.archive.storage.frames import (
     FRAME_ALIGNMENT,
     HEADER_LENGTH,
     compute_term_id_from_position,

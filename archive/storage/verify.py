@@ -22,11 +22,11 @@ from enum import StrEnum
 
 import numpy as np
 
-from archive.constants import NULL_POSITION
-from archive.descriptor import RecordingDescriptor
-from archive.storage.catalog import MIN_CAPACITY, Catalog, fragment_straddles_page_boundary, is_valid_last_frame
-from archive.storage.checksums import Checksum, ChecksumMismatch, frame_checksum
-from archive.storage.frames import (
+from aeron_archive_spark.archive.constants import NULL_POSITION
+from aeron_archive_spark.archive.descriptor import RecordingDescriptor
+from aeron_archive_spark.archive.storage.catalog import MIN_CAPACITY, Catalog, fragment_straddles_page_boundary, is_valid_last_frame
+from aeron_archive_spark.archive.storage.checksums import Checksum, ChecksumMismatch, frame_checksum
+from aeron_archive_spark.archive.storage.frames import (
     FRAME_ALIGNMENT,
     HDR_TYPE_DATA,
     HDR_TYPE_PAD,
@@ -41,7 +41,7 @@ from archive.storage.frames import (
     position_bits_to_shift,
     scan_frames,
 )
-from archive.storage.segments import (
+from aeron_archive_spark.archive.storage.segments import (
     erase_segment_tail,
     segment_file_base_position,
     segment_file_name,

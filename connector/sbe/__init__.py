@@ -2,12 +2,12 @@
 
 - `columns`: schema fields -> column names and Arrow types, vectorised numpy <-> Arrow conversion.
 - `encode`: `SbeEncoder(schema_path, message).encode(batch) -> pa.BinaryArray` for the sink.
-- The source's decoder is `connector.source.sbe_decode.SbeDecoder` (the `PayloadDecoder` protocol).
+- The source's decoder is `aeron_archive_spark.connector.source.sbe_decode.SbeDecoder` (the `PayloadDecoder` protocol).
 
-Schemas are parsed by `archive.codecs.codec.SbeCodec` (any SBE schema without repeating groups).
+Schemas are parsed by `aeron_archive_spark.archive.codecs.codec.SbeCodec` (any SBE schema without repeating groups).
 """
 
-from connector.sbe.columns import (
+from aeron_archive_spark.connector.sbe.columns import (
     MESSAGE_COLUMN,
     RESERVED_COLUMNS,
     UNKNOWN_ENUM,
@@ -18,7 +18,7 @@ from connector.sbe.columns import (
     load_codec,
     message_columns,
 )
-from connector.sbe.encode import SbeEncoder, encode_batch
+from aeron_archive_spark.connector.sbe.encode import SbeEncoder, encode_batch
 
 __all__ = [
     "MESSAGE_COLUMN",

@@ -2,7 +2,7 @@
 
 Public reading API for a sink's durable state (no Spark or archive needed):
 
-    from connector.sink import read_batch_map
+    from aeron_archive_spark.connector.sink import read_batch_map
     read_batch_map("<checkpointLocation>/aeron-archive-sink")  # -> [BatchEntry(batch_id, recording_id, ...)]
 """
 
@@ -16,9 +16,9 @@ __all__ = ["BatchEntry", "read_batch_map", "read_sink_state"]
 def __getattr__(name: str) -> Any:
     # Lazy: Spark imports connector.* in its lookup worker, where nothing heavy should load.
     if name in ("BatchEntry", "read_batch_map"):
-        from connector.sink import batch_map
+        from aeron_archive_spark.connector.sink import batch_map
         return getattr(batch_map, name)
     if name == "read_sink_state":
-        from connector.sink.state import load_state
+        from aeron_archive_spark.connector.sink.state import load_state
         return load_state
-    raise AttributeError(f"module 'connector.sink' has no attribute {name!r}")
+    raise AttributeError(f"module 'aeron_archive_spark.connector.sink' has no attribute {name!r}")

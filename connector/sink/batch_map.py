@@ -6,7 +6,7 @@ replay exactly batches 10..20, or to check that a position is committed). Each c
 `batches/<first:019>-<last:019>.jsonl` segment, so a long-running query neither piles up files nor rewrites a
 growing file per batch. A crash during compaction leaves entries in both forms; readers take each batch id once.
 
-    from connector.sink.batch_map import read_batch_map
+    from aeron_archive_spark.connector.sink.batch_map import read_batch_map
     for entry in read_batch_map("/chk/aeron-archive-sink"):
         print(entry.batch_id, entry.recording_id, entry.start_position, entry.stop_position)
 """
@@ -20,8 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from connector.sink.errors import SinkError
-from connector.sink.state import atomic_write, atomic_write_json, fsync_dir
+from aeron_archive_spark.connector.sink.errors import SinkError
+from aeron_archive_spark.connector.sink.state import atomic_write, atomic_write_json, fsync_dir
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
-from connector.options import OptionError
-from connector.sink.columns import input_layout
-from connector.sink.options import parse_sink_options
+from aeron_archive_spark.connector.options import OptionError
+from aeron_archive_spark.connector.sink.columns import input_layout
+from aeron_archive_spark.connector.sink.options import parse_sink_options
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -46,7 +46,7 @@ class AeronArchiveBatchWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         from pyspark import TaskContext
 
-        from connector.sink.staging import stage_partition
+        from aeron_archive_spark.connector.sink.staging import stage_partition
         context = TaskContext.get()
         if context is None:
             raise RuntimeError("AeronArchiveBatchWriter.write runs in a Spark task only")
@@ -54,9 +54,9 @@ class AeronArchiveBatchWriter(DataSourceArrowWriter):
                                context.attemptNumber(), self.options.state_dir or self.options.staging_dir)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        from connector.sink.committer import commit_batch
+        from aeron_archive_spark.connector.sink.committer import commit_batch
         commit_batch(self.options, messages, None, self.label, streaming=False)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        from connector.sink.committer import abort_batch
+        from aeron_archive_spark.connector.sink.committer import abort_batch
         abort_batch(self.options, messages, self.label, None)

@@ -1,6 +1,6 @@
 """`aeron-archive batches --state DIR [--json]`: print a sink's batch id -> recording positions map.
 
-Wired into `archive.cli.main.build_parser` with `add_subparser(sub)`; it reads only the sink's state directory
+Wired into `aeron_archive_spark.archive.cli.main.build_parser` with `add_subparser(sub)`; it reads only the sink's state directory
 (no archive or Spark needed), so an operator can map a position in the recording back to the micro-batch that
 wrote it, or see that a commit is pending after a crash.
 """
@@ -12,9 +12,9 @@ import json
 import os
 from datetime import datetime, timezone
 
-from connector.sink.batch_map import read_batch_map
-from connector.sink.errors import SinkError
-from connector.sink.state import load_pending, load_state
+from aeron_archive_spark.connector.sink.batch_map import read_batch_map
+from aeron_archive_spark.connector.sink.errors import SinkError
+from aeron_archive_spark.connector.sink.state import load_pending, load_state
 
 
 def add_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

@@ -17,4 +17,4 @@ class SinkSchemaError(SinkError, ValueError):
 
 
 class InjectedFault(SinkError):
-    """Raised by the test-only fault injection hook (see `connector.sink.faults`)."""
+    """Raised by the test-only fault injection hook (see `aeron_archive_spark.connector.sink.faults`)."""

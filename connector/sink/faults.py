@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from connector.sink.errors import InjectedFault
+from aeron_archive_spark.connector.sink.errors import InjectedFault
 
 log = logging.getLogger(__name__)
 

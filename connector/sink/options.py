@@ -1,7 +1,7 @@
 """The sink's typed view of the `format("aeron-archive")` options, parsed from the shared table.
 
 Connection and target options (`aeronDir`, `controlChannel`, ..., `recordingId`, `channel`, `streamId`,
-`sbeSchema`, `sbeMessage`) are rows of `connector.options.OPTIONS` shared with the source; the rows only the
+`sbeSchema`, `sbeMessage`) are rows of `aeron_archive_spark.connector.options.OPTIONS` shared with the source; the rows only the
 sink has are registered here. Spark builds a stream writer per micro-batch (and again for commit), so parsing
 does no I/O; the result is frozen and picklable because the writer travels to executors.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from connector.options import (
+from aeron_archive_spark.connector.options import (
     ConnectionOptions,
     Mode,
     OptionError,
@@ -104,7 +104,7 @@ def parse_sink_options(options: Mapping[str, Any], streaming: bool) -> SinkOptio
             raise OptionError("option streamId needs option channel (or give recordingId instead)")
         if stream_id is None:
             raise OptionError("option channel needs option streamId (or give recordingId instead)")
-        from archive.channel import ChannelError, ChannelUri
+        from aeron_archive_spark.archive.channel import ChannelError, ChannelUri
         try:
             ChannelUri.parse(channel)
         except ChannelError as ex:

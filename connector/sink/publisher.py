@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from archive.native import (
+from aeron_archive_spark.archive.native import (
     ADMIN_ACTION,
     BACK_PRESSURED,
     MAX_POSITION_EXCEEDED,
@@ -30,8 +30,8 @@ from archive.native import (
     PUBLICATION_CLOSED,
     ExclusivePublication,
 )
-from archive.storage import frames
-from connector.sink.errors import SinkError
+from aeron_archive_spark.archive.storage import frames
+from aeron_archive_spark.connector.sink.errors import SinkError
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
-from connector.sink import faults
-from connector.sink.columns import InputLayout, staged_schema, to_staged
-from connector.sink.errors import SinkError
+from aeron_archive_spark.connector.sink import faults
+from aeron_archive_spark.connector.sink.columns import InputLayout, staged_schema, to_staged
+from aeron_archive_spark.connector.sink.errors import SinkError
 
 log = logging.getLogger(__name__)
 

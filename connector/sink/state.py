@@ -6,7 +6,7 @@ Layout of `sinkStateDir`:
     pending.json   {"batchId", "recordingId", "startPosition", "startedAt"}: present only while a commit
                    publishes; a crash leaves it behind, and the next commit truncates the recording back to
                    startPosition before redoing the batch
-    batches/       the batch id -> positions map (`connector.sink.batch_map`)
+    batches/       the batch id -> positions map (`aeron_archive_spark.connector.sink.batch_map`)
     staging/       staged Arrow files (default stagingLocation)
     lock           flock'd for the whole of a commit, so two committers never interleave
 
@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from connector.sink.errors import SinkError
+from aeron_archive_spark.connector.sink.errors import SinkError
 
 log = logging.getLogger(__name__)
 

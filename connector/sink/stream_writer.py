@@ -3,7 +3,7 @@
 Spark creates this writer per micro-batch in a planning worker (that instance is pickled to the executors for
 `write`) and again in a fresh driver-side worker for `commit`/`abort`, so nothing but the options travels
 between the two: the staged files are named in the commit messages, and everything durable lives in
-`sinkStateDir`. See `connector.sink.committer` for the protocol and what each crash point leaves behind.
+`sinkStateDir`. See `aeron_archive_spark.connector.sink.committer` for the protocol and what each crash point leaves behind.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from connector.options import OptionError
-from connector.sink.columns import input_layout
-from connector.sink.options import parse_sink_options
+from aeron_archive_spark.connector.options import OptionError
+from aeron_archive_spark.connector.sink.columns import input_layout
+from aeron_archive_spark.connector.sink.options import parse_sink_options
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -39,7 +39,7 @@ class AeronArchiveStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         from pyspark import TaskContext
 
-        from connector.sink.staging import stage_partition
+        from aeron_archive_spark.connector.sink.staging import stage_partition
         context = TaskContext.get()
         if context is None:
             raise RuntimeError("AeronArchiveStreamWriter.write runs in a Spark task only")
@@ -51,9 +51,9 @@ class AeronArchiveStreamWriter(DataSourceStreamArrowWriter):
                                self.options.state_dir or self.options.staging_dir)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        from connector.sink.committer import commit_batch
+        from aeron_archive_spark.connector.sink.committer import commit_batch
         commit_batch(self.options, messages, batchId, str(batchId), streaming=True)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        from connector.sink.committer import abort_batch
+        from aeron_archive_spark.connector.sink.committer import abort_batch
         abort_batch(self.options, messages, str(batchId), batchId)

@@ -8,11 +8,11 @@ from collections.abc import Mapping, Sequence
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from archive.descriptor import RecordingDescriptor
-from connector.options import EARLIEST, LATEST
-from connector.source.location import RecordingSource, facts_of
-from connector.source.planning import plan_partitions
-from connector.source.reader import ReaderBase
+from aeron_archive_spark.archive.descriptor import RecordingDescriptor
+from aeron_archive_spark.connector.options import EARLIEST, LATEST
+from aeron_archive_spark.connector.source.location import RecordingSource, facts_of
+from aeron_archive_spark.connector.source.planning import plan_partitions
+from aeron_archive_spark.connector.source.reader import ReaderBase
 
 log = logging.getLogger(__name__)
 

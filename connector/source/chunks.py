@@ -1,9 +1,9 @@
 """Where a partition's bytes come from: the `ChunkSource` protocol, the disk implementation, and the chooser.
 
 Two implementations yield the same bytes: `DiskChunkSource` reads segment files (`archiveDir`), and
-`connector.source.replay_fetch.ReplayChunkSource()` runs a bounded replay `[partition.start, partition.limit)`
+`aeron_archive_spark.connector.source.replay_fetch.ReplayChunkSource()` runs a bounded replay `[partition.start, partition.limit)`
 through the running archive named by `partition.connection` (no shared disk); `open_chunk_source` chooses.
-The message decoder (`connector.source.decode`) sees only chunks, so both paths give identical rows.
+The message decoder (`aeron_archive_spark.connector.source.decode`) sees only chunks, so both paths give identical rows.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import os
 from collections.abc import Iterator
 from typing import Protocol, runtime_checkable
 
-from archive.exceptions import ArchiveError
-from archive.storage.frames import (
+from aeron_archive_spark.archive.exceptions import ArchiveError
+from aeron_archive_spark.archive.storage.frames import (
     FRAME_ALIGNMENT,
     HDR_TYPE_PAD,
     HEADER_LENGTH,
@@ -25,8 +25,8 @@ from archive.storage.frames import (
     frame_type_at,
     scan_frames,
 )
-from archive.storage.segments import segment_file_base_position, segment_file_name
-from connector.source.partition import AeronArchivePartition
+from aeron_archive_spark.archive.storage.segments import segment_file_base_position, segment_file_name
+from aeron_archive_spark.connector.source.partition import AeronArchivePartition
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +184,7 @@ def open_chunk_source(partition: AeronArchivePartition) -> ChunkSource:
     """The disk reader for `archiveDir`, else a bounded replay through the running archive."""
     if partition.archive_dir is not None:
         return DiskChunkSource()
-    from connector.source.replay_fetch import ReplayChunkSource
+    from aeron_archive_spark.connector.source.replay_fetch import ReplayChunkSource
 
     source: ChunkSource = ReplayChunkSource()
     return source

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from archive.exceptions import ArchiveError
-from archive.storage.frames import (
+from aeron_archive_spark.archive.exceptions import ArchiveError
+from aeron_archive_spark.archive.storage.frames import (
     BEGIN_FRAG_FLAG,
     END_FRAG_FLAG,
     FRAME_ALIGNMENT,
@@ -37,9 +37,9 @@ from archive.storage.frames import (
     position_bits_to_shift,
     scan_frames,
 )
-from connector.source.chunks import ChunkSource
-from connector.source.partition import AeronArchivePartition
-from connector.source.payload import PayloadDecoder
+from aeron_archive_spark.connector.source.chunks import ChunkSource
+from aeron_archive_spark.connector.source.partition import AeronArchivePartition
+from aeron_archive_spark.connector.source.payload import PayloadDecoder
 
 log = logging.getLogger(__name__)
 

@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from archive.constants import NULL_COUNTER_ID, NULL_POSITION
-from archive.descriptor import RecordingDescriptor
-from archive.exceptions import ArchiveError
-from archive.storage.frames import (
+from aeron_archive_spark.archive.constants import NULL_COUNTER_ID, NULL_POSITION
+from aeron_archive_spark.archive.descriptor import RecordingDescriptor
+from aeron_archive_spark.archive.exceptions import ArchiveError
+from aeron_archive_spark.archive.storage.frames import (
     END_FRAG_FLAG,
     BEGIN_FRAG_FLAG,
     HDR_TYPE_DATA,
@@ -37,9 +37,9 @@ from archive.storage.frames import (
     ScanStop,
     scan_frames,
 )
-from connector.options import ConnectionOptions, OptionError, SourceOptions
-from connector.source.chunks import ChunkSource, DiskChunkSource
-from connector.source.partition import AeronArchivePartition, RecordingFacts
+from aeron_archive_spark.connector.options import ConnectionOptions, OptionError, SourceOptions
+from aeron_archive_spark.connector.source.chunks import ChunkSource, DiskChunkSource
+from aeron_archive_spark.connector.source.partition import AeronArchivePartition, RecordingFacts
 
 log = logging.getLogger(__name__)
 
@@ -268,8 +268,8 @@ class _Counters:
 
     def reader(self) -> Any:
         if self._client is None and not self._failed:
-            from archive.client.aeron_archive import default_aeron_dir
-            from archive.native import AeronClient
+            from aeron_archive_spark.archive.client.aeron_archive import default_aeron_dir
+            from aeron_archive_spark.archive.native import AeronClient
 
             directory = self._aeron_dir or default_aeron_dir()
             if not self._required and not os.path.exists(os.path.join(directory, "cnc.dat")):
@@ -287,7 +287,7 @@ class _Counters:
 
     def position(self, descriptor: RecordingDescriptor, archive_id: int = -1) -> int | None:
         """The live rec-pos of an active recording, or None if no matching counter is allocated."""
-        from archive import recording_pos
+        from aeron_archive_spark.archive import recording_pos
 
         reader = self.reader()
         if reader is None:
@@ -320,7 +320,7 @@ class DiskRecordingSource(RecordingSource):
         super().__init__(options)
         assert options.archive_dir is not None
         self.archive_dir = options.archive_dir
-        from archive.constants import CATALOG_FILE_NAME
+        from aeron_archive_spark.archive.constants import CATALOG_FILE_NAME
 
         if not os.path.isfile(os.path.join(self.archive_dir, CATALOG_FILE_NAME)):
             raise OptionError(f"option archiveDir: no {CATALOG_FILE_NAME} in {self.archive_dir}")
@@ -332,7 +332,7 @@ class DiskRecordingSource(RecordingSource):
         return f"archive directory {self.archive_dir} (archiveDir)"
 
     def _catalog(self) -> Any:
-        from archive.storage.catalog import Catalog
+        from aeron_archive_spark.archive.storage.catalog import Catalog
 
         try:
             return Catalog(self.archive_dir, writable=False)
@@ -363,7 +363,7 @@ class DiskRecordingSource(RecordingSource):
 
     def _scan_tail(self, descriptor: RecordingDescriptor) -> int:
         """End of the last complete frame, scanning forward from the last known end (or the start)."""
-        from archive.storage.recording_reader import RecordingReader
+        from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
 
         rid = descriptor.recording_id
         position = max(self._tail.get(rid, descriptor.start_position), descriptor.start_position)
@@ -437,7 +437,7 @@ class RemoteRecordingSource(RecordingSource):
 
     def chunk_source(self) -> ChunkSource:
         if self._chunk_source is None:
-            from connector.source.replay_fetch import ReplayChunkSource
+            from aeron_archive_spark.connector.source.replay_fetch import ReplayChunkSource
 
             self._chunk_source = ReplayChunkSource()
         return self._chunk_source

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
-from connector.options import ConnectionOptions
+from aeron_archive_spark.connector.options import ConnectionOptions
 
 
 @dataclass(frozen=True, slots=True)

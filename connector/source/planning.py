@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from connector.options import ConnectionOptions
-from connector.source.partition import AeronArchivePartition, RecordingFacts
+from aeron_archive_spark.connector.options import ConnectionOptions
+from aeron_archive_spark.connector.source.partition import AeronArchivePartition, RecordingFacts
 
 
 class OffsetError(ValueError):

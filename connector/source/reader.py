@@ -16,13 +16,13 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
-from connector.options import OptionError, SourceOptions
-from connector.source.chunks import open_chunk_source
-from connector.source.decode import decode_partition
-from connector.source.location import RecordingSource, open_recording_source
-from connector.source.partition import AeronArchivePartition
-from connector.source.payload import PayloadDecoder, payload_decoder
-from connector.source.schema import arrow_schema, schema_for
+from aeron_archive_spark.connector.options import OptionError, SourceOptions
+from aeron_archive_spark.connector.source.chunks import open_chunk_source
+from aeron_archive_spark.connector.source.decode import decode_partition
+from aeron_archive_spark.connector.source.location import RecordingSource, open_recording_source
+from aeron_archive_spark.connector.source.partition import AeronArchivePartition
+from aeron_archive_spark.connector.source.payload import PayloadDecoder, payload_decoder
+from aeron_archive_spark.connector.source.schema import arrow_schema, schema_for
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class ReaderBase:
         """With failOnDataLoss=false, start past data purged since planning (archiveDir; replays report it)."""
         if self.options.fail_on_data_loss or partition.archive_dir is None:
             return partition
-        from archive.storage.catalog import Catalog
+        from aeron_archive_spark.archive.storage.catalog import Catalog
 
         with Catalog(partition.archive_dir, writable=False) as catalog:
             descriptor = catalog.find(partition.recording_id)

@@ -2,7 +2,7 @@
 
 Used when the options name a running archive and no `archiveDir`. Each partition read, on the executor:
 
-1. takes this process's Aeron client (`connector.executor_aeron`: the host's media driver, or one embedded driver)
+1. takes this process's Aeron client (`aeron_archive_spark.connector.executor_aeron`: the host's media driver, or one embedded driver)
    and opens its own control session to the archive (`AeronArchive.connect`);
 2. replays `[start, end + SLACK)` (capped at `limit`) on `replayChannel`/`replayStreamId`. The archive sends
    every frame that *starts* before the replay limit whole, so unfragmented messages never need more. If the
@@ -24,7 +24,7 @@ Channels: with a UDP endpoint of port 0 (the default `aeron:udp?endpoint=localho
 first and its bound port resolved before the replay request (one ephemeral port per read, so only this replay
 arrives there); otherwise (IPC, a fixed port) the subscription is added after the request, filtered with
 `session-id=(int)replaySessionId` so concurrent reads on the same driver never see (or slow down) each other's
-replays. See `connector.executor_aeron` for remote hosts (`0.0.0.0` endpoints).
+replays. See `aeron_archive_spark.connector.executor_aeron` for remote hosts (`0.0.0.0` endpoints).
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from archive.channel import ChannelUri, add_session_id
-from archive.exceptions import ArchiveError
-from archive.storage.frames import (
+from aeron_archive_spark.archive.channel import ChannelUri, add_session_id
+from aeron_archive_spark.archive.exceptions import ArchiveError
+from aeron_archive_spark.archive.storage.frames import (
     HDR_TYPE_PAD,
     HEADER_LENGTH,
     TERM_OFFSET_FIELD_OFFSET,
@@ -50,14 +50,14 @@ from archive.storage.frames import (
     scan_frames,
     to_int32,
 )
-from connector import executor_aeron
-from connector.source.chunks import CHUNK_LENGTH
+from aeron_archive_spark.connector import executor_aeron
+from aeron_archive_spark.connector.source.chunks import CHUNK_LENGTH
 
 if TYPE_CHECKING:
-    from archive.client.aeron_archive import AeronArchive
-    from archive.native import AeronClient, Image, Subscription
-    from connector.options import ConnectionOptions
-    from connector.source.partition import AeronArchivePartition
+    from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
+    from aeron_archive_spark.archive.native import AeronClient, Image, Subscription
+    from aeron_archive_spark.connector.options import ConnectionOptions
+    from aeron_archive_spark.connector.source.partition import AeronArchivePartition
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ class _ReplayFetch:
     # ---- lifecycle --------------------------------------------------------------------------------------------
 
     def connect(self) -> None:
-        from archive.client.aeron_archive import AeronArchive
+        from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
 
         c = self.connection
         try:

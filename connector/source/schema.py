@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
 
-from connector.options import SourceOptions
+from aeron_archive_spark.connector.options import SourceOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from connector.source.payload import PayloadDecoder
+    from aeron_archive_spark.connector.source.payload import PayloadDecoder
 
 FIXED_FIELDS = StructType(
     [
@@ -48,7 +48,7 @@ def schema_for(decoder: PayloadDecoder | None) -> StructType:
 
 def source_schema(options: Mapping[str, str]) -> StructType:
     """The schema `DataSource.schema()` reports; validates the options as a side effect (errors name them)."""
-    from connector.source.payload import payload_decoder
+    from aeron_archive_spark.connector.source.payload import payload_decoder
 
     return schema_for(payload_decoder(SourceOptions.parse(options, None)))
 

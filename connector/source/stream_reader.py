@@ -22,11 +22,11 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from archive.descriptor import RecordingDescriptor
-from connector.source.batch_reader import DataLossError, resolve_start
-from connector.source.location import facts_of
-from connector.source.planning import from_offset, plan_partitions, to_offset
-from connector.source.reader import ReaderBase
+from aeron_archive_spark.archive.descriptor import RecordingDescriptor
+from aeron_archive_spark.connector.source.batch_reader import DataLossError, resolve_start
+from aeron_archive_spark.connector.source.location import facts_of
+from aeron_archive_spark.connector.source.planning import from_offset, plan_partitions, to_offset
+from aeron_archive_spark.connector.source.reader import ReaderBase
 
 log = logging.getLogger(__name__)
 

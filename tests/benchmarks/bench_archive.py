@@ -20,12 +20,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from archive import AeronArchive
-from archive.constants import REPLAY_ALL_AND_STOP, RecordingSignal
-from archive.native import AeronClient, EmbeddedMediaDriver
-from archive.server.archive import Archive
-from archive.server.context import ArchiveContext
-from archive.storage import frames
+from aeron_archive_spark.archive import AeronArchive
+from aeron_archive_spark.archive.constants import REPLAY_ALL_AND_STOP, RecordingSignal
+from aeron_archive_spark.archive.native import AeronClient, EmbeddedMediaDriver
+from aeron_archive_spark.archive.server.archive import Archive
+from aeron_archive_spark.archive.server.context import ArchiveContext
+from aeron_archive_spark.archive.storage import frames
 
 TERM_LENGTH = 16 * 1024 * 1024
 BLOCK_LENGTH = 256 * 1024

@@ -190,11 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("AERON_CLIENT_IDLE_SLEEP_DURATION", "1ms")
     from pyspark.sql import SparkSession
 
-    from archive.native import EmbeddedMediaDriver
-    from archive.server.archive import Archive
-    from archive.server.context import ArchiveContext
-    from connector.sink.batch_map import read_batch_map
-    from connector.sink.options import STATE_SUBDIR
+    from aeron_archive_spark.archive.native import EmbeddedMediaDriver
+    from aeron_archive_spark.archive.server.archive import Archive
+    from aeron_archive_spark.archive.server.context import ArchiveContext
+    from aeron_archive_spark.connector.sink.batch_map import read_batch_map
+    from aeron_archive_spark.connector.sink.options import STATE_SUBDIR
 
     work = tempfile.mkdtemp(prefix="bench-spark-sink-", dir=args.work_dir)
     driver = EmbeddedMediaDriver(os.path.join(work, "driver"))

@@ -26,8 +26,8 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
-from archive.constants import RecordingSignal, SourceLocation
-from archive.native import EmbeddedMediaDriver
+from aeron_archive_spark.archive.constants import RecordingSignal, SourceLocation
+from aeron_archive_spark.archive.native import EmbeddedMediaDriver
 from tests.system.harness import Harness, wait_for
 
 TERM_LENGTH = 16 * 1024 * 1024
@@ -139,8 +139,8 @@ def record(h: Harness, payload_size: int, rows: int) -> int:
 
 def build_ceiling_file(options: dict[str, str], path: str) -> str:
     """Our own batches for every partition, written as Arrow IPC; returns the `slices` option."""
-    from connector.source.batch_reader import AeronArchiveBatchReader
-    from connector.source.schema import FIXED_FIELDS
+    from aeron_archive_spark.connector.source.batch_reader import AeronArchiveBatchReader
+    from aeron_archive_spark.connector.source.schema import FIXED_FIELDS
 
     reader = AeronArchiveBatchReader({k.lower(): v for k, v in options.items()}, FIXED_FIELDS)
     slices = []
@@ -163,8 +163,8 @@ def build_ceiling_file(options: dict[str, str], path: str) -> str:
 
 def decode_only(options: dict[str, str], repeat: int) -> float:
     """Best time of `read()` over all partitions in this process (no Spark): the decoder's own cost."""
-    from connector.source.batch_reader import AeronArchiveBatchReader
-    from connector.source.schema import FIXED_FIELDS
+    from aeron_archive_spark.connector.source.batch_reader import AeronArchiveBatchReader
+    from aeron_archive_spark.connector.source.schema import FIXED_FIELDS
 
     reader = AeronArchiveBatchReader({k.lower(): v for k, v in options.items()}, FIXED_FIELDS)
     partitions = reader.partitions()
@@ -221,7 +221,7 @@ def main() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    import connector
+    from aeron_archive_spark import connector
 
     spark = (SparkSession.builder.master("local[2]").appName("bench-spark-source")
              .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g")
@@ -231,7 +231,7 @@ def main() -> None:
     spark.dataSource.register(CeilingDataSource)
 
     try:
-        import connector.source.replay_fetch as replay_fetch
+        import aeron_archive_spark.connector.source.replay_fetch as replay_fetch
         replay_available = hasattr(replay_fetch, "ReplayChunkSource")
     except ImportError:
         replay_available = False

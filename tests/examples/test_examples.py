@@ -111,7 +111,7 @@ def test_record_and_replay():
 def test_record_and_replay_against_a_running_archive(tmp_path):
     """The --aeron-dir/--control-* options reach an `aeron-archive serve` process; the effect shows in its catalog."""
     archive_dir = tmp_path / "archive"
-    cli = [sys.executable, "-m", "archive.cli.main"]
+    cli = [sys.executable, "-m", "aeron_archive_spark.archive.cli.main"]
     server = subprocess.Popen([*cli, "serve", "--dir", str(archive_dir), "--control-channel", "none",
                                "--local-control-stream-id", "77", "--segment-length", "128k"],
                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -262,7 +262,7 @@ def test_read_foreign_archive_dir_without_java():
 
 @pytest.mark.spark
 def test_read_foreign_archive_dir_of_a_given_dir_leaves_it_unchanged(aeron_dir, tmp_path):
-    from archive.constants import RecordingSignal
+    from aeron_archive_spark.archive.constants import RecordingSignal
     from system.harness import Harness, offer_all, wait_for
 
     archive_dir = tmp_path / "archive"

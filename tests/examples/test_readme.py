@@ -130,7 +130,7 @@ def test_quickstart_as_written(tmp_path):
     assert result["sunk"] == [f"tick {i}" for i in range(1000)]
 
     # What the archive holds afterwards (offline): the recorded ticks and the sink's recording.
-    listed = subprocess.run([sys.executable, "-m", "archive.cli.main", "list", "--dir", archive_dir, "--json"],
+    listed = subprocess.run([sys.executable, "-m", "aeron_archive_spark.archive.cli.main", "list", "--dir", archive_dir, "--json"],
                             cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert listed.returncode == 0, listed.stderr
     recordings = {d["streamId"]: d for d in json.loads(listed.stdout)}

@@ -26,13 +26,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from archive import ArchiveError, SourceLocation
-from archive.constants import RecordingSignal
-from archive.server.archive import Archive
-from archive.server.context import ArchiveContext
-from archive.storage import frames
-from archive.storage.catalog import Catalog
-from archive.storage.recording_reader import RecordingReader
+from aeron_archive_spark.archive import ArchiveError, SourceLocation
+from aeron_archive_spark.archive.constants import RecordingSignal
+from aeron_archive_spark.archive.server.archive import Archive
+from aeron_archive_spark.archive.server.context import ArchiveContext
+from aeron_archive_spark.archive.storage import frames
+from aeron_archive_spark.archive.storage.catalog import Catalog
+from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
 from conftest import free_udp_port
 from interop.javaenv import JavaEnv
 from system.harness import Harness, offer_all, payloads_of, wait_for
@@ -63,7 +63,7 @@ def snapshot(directory: Path) -> dict[str, tuple[int, str]]:
 
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "archive.cli.main", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "aeron_archive_spark.archive.cli.main", *args], capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
 
 
@@ -374,8 +374,8 @@ def test_python_client_cannot_connect_to_a_java_1_15_archive(java_env, aeron_dir
     """Our client only speaks AuthConnectRequest (templateId 58, Aeron >= 1.24); 1.15's ControlRequestAdapter
     silently drops template ids outside 2..16, so the connect times out. The Java archive is unharmed: a Java
     client connects and lists afterwards. No legacy-connect mode is provided (docs/compatibility.md)."""
-    from archive import AeronArchive
-    from archive.exceptions import ArchiveTimeoutError
+    from aeron_archive_spark.archive import AeronArchive
+    from aeron_archive_spark.archive.exceptions import ArchiveTimeoutError
 
     control_port = free_udp_port()
     proc = subprocess.Popen(

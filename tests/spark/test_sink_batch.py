@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from connector.sink.batch_map import read_batch_map
-from connector.sink.committer import close_connections
-from connector.sink.state import load_state
+from aeron_archive_spark.connector.sink.batch_map import read_batch_map
+from aeron_archive_spark.connector.sink.committer import close_connections
+from aeron_archive_spark.connector.sink.state import load_state
 from system.harness import Harness
 from system.test_sink_util import replay_range, replay_recording, sink_option_map
 
@@ -64,7 +64,7 @@ def test_batch_write_without_state_dir_and_to_a_recording_id(spark, harness, tmp
 
 
 def test_sbe_encoded_write(spark, harness, tmp_path):
-    from connector.sbe.encode import SbeEncoder
+    from aeron_archive_spark.connector.sbe.encode import SbeEncoder
     rows = [("AAPL", 1_000 + i, 10 * i, 1_700_000_000_000_000_000 + i, i, "BUY" if i % 2 else "SELL")
             for i in range(50)]
     frame = spark.createDataFrame(rows, "symbol string, price_mantissa long, quantity long, timestampNs long, "

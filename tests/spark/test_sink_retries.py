@@ -15,9 +15,9 @@ import sys
 
 import pytest
 
-from connector.sink import faults
-from connector.sink.committer import close_connections
-from connector.sink.options import STATE_SUBDIR
+from aeron_archive_spark.connector.sink import faults
+from aeron_archive_spark.connector.sink.committer import close_connections
+from aeron_archive_spark.connector.sink.options import STATE_SUBDIR
 from spark.test_sink_stream import ROWS_PER_BATCH, assert_exactly_once
 from system.harness import Harness
 from system.test_sink_util import sink_option_map

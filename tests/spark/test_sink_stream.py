@@ -16,11 +16,11 @@ import time
 
 import pytest
 
-from connector.sink import faults
-from connector.sink.batch_map import read_batch_map
-from connector.sink.committer import close_connections
-from connector.sink.options import STATE_SUBDIR
-from connector.sink.state import load_pending, load_state
+from aeron_archive_spark.connector.sink import faults
+from aeron_archive_spark.connector.sink.batch_map import read_batch_map
+from aeron_archive_spark.connector.sink.committer import close_connections
+from aeron_archive_spark.connector.sink.options import STATE_SUBDIR
+from aeron_archive_spark.connector.sink.state import load_pending, load_state
 from system.harness import Harness, wait_for
 from system.test_sink_util import replay_range, sink_option_map
 

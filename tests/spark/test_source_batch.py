@@ -85,7 +85,7 @@ def test_fragmented_messages_larger_than_the_mtu_across_terms(spark, aeron_dir, 
 
 
 def test_offline_read_of_a_closed_archive_and_of_a_legacy_catalog(spark, aeron_dir, tmp_path):
-    from archive.storage.catalog import Catalog
+    from aeron_archive_spark.archive.storage.catalog import Catalog
     from unit.storage_helpers import write_legacy_catalog
 
     archive_dir = str(tmp_path / "archive")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql.types import ByteType, LongType, StringType
 
-from archive.codecs.codec import SbeCodec
+from aeron_archive_spark.archive.codecs.codec import SbeCodec
 from spark.test_source_support import Recorder, source_options
 from system.harness import SMALL_TERM, Harness
 

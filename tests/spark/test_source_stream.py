@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from connector.listener import BytesBehindListener
+from aeron_archive_spark.connector.listener import BytesBehindListener
 from system.harness import SMALL_TERM, Harness, payloads_of, wait_for
 from spark.test_source_support import Recorder, source_options
 

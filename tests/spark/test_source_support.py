@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from archive.constants import RecordingSignal, SourceLocation
+from aeron_archive_spark.archive.constants import RecordingSignal, SourceLocation
 from system.harness import Harness, wait_for
 
 

@@ -8,11 +8,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from archive import AeronArchive
-from archive.client.aeron_archive import RecordingSignalEvent
-from archive.constants import RecordingSignal
-from archive.server.archive import Archive
-from archive.server.context import ArchiveContext
+from aeron_archive_spark.archive import AeronArchive
+from aeron_archive_spark.archive.client.aeron_archive import RecordingSignalEvent
+from aeron_archive_spark.archive.constants import RecordingSignal
+from aeron_archive_spark.archive.server.archive import Archive
+from aeron_archive_spark.archive.server.context import ArchiveContext
 
 SMALL_TERM = 64 * 1024
 SMALL_SEGMENT = 128 * 1024

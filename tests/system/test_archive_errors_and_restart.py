@@ -7,8 +7,8 @@ import struct
 
 import pytest
 
-from archive import ArchiveError, ErrorCode, SourceLocation
-from archive.constants import REPLAY_ALL_AND_STOP, RecordingSignal
+from aeron_archive_spark.archive import ArchiveError, ErrorCode, SourceLocation
+from aeron_archive_spark.archive.constants import REPLAY_ALL_AND_STOP, RecordingSignal
 from system.harness import SMALL_TERM, Harness, offer_all, payloads_of, wait_for
 from system.test_record_replay import REPLAY_CHANNEL, record, replay_all
 

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from archive.cli.main import main
-from archive.constants import RecordingSignal
+from aeron_archive_spark.archive.cli.main import main
+from aeron_archive_spark.archive.constants import RecordingSignal
 from system.harness import SMALL_TERM, Harness, collect, payloads_of
 from system.test_record_replay import record
 

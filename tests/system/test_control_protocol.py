@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from archive import AeronArchive, ArchiveError, ErrorCode, SourceLocation, recording_pos
-from archive.codecs import load_archive_codec
-from archive.codecs import templates as t
-from archive.constants import (
+from aeron_archive_spark.archive import AeronArchive, ArchiveError, ErrorCode, SourceLocation, recording_pos
+from aeron_archive_spark.archive.codecs import load_archive_codec
+from aeron_archive_spark.archive.codecs import templates as t
+from aeron_archive_spark.archive.constants import (
     ARCHIVE_CONTROL_SESSION_TYPE_ID,
     ARCHIVE_ERROR_COUNT_TYPE_ID,
     ARCHIVE_RECORDING_POSITION_TYPE_ID,
@@ -18,8 +18,8 @@ from archive.constants import (
     REPLAY_ALL_AND_FOLLOW,
     RecordingSignal,
 )
-from archive.native import AeronClient
-from archive.server.authenticator import SharedSecretAuthenticator
+from aeron_archive_spark.archive.native import AeronClient
+from aeron_archive_spark.archive.server.authenticator import SharedSecretAuthenticator
 from conftest import free_udp_port
 from system.harness import SMALL_TERM, Harness, collect, offer_all, payloads_of, wait_for
 from system.test_record_replay import REPLAY_CHANNEL, record

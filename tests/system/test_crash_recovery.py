@@ -8,15 +8,15 @@ import signal
 import subprocess
 import sys
 
-from archive import AeronArchive
-from archive.constants import RecordingSignal
+from aeron_archive_spark.archive import AeronArchive
+from aeron_archive_spark.archive.constants import RecordingSignal
 from system.harness import SMALL_TERM, Harness, Signals, offer_all, payloads_of, wait_for
 from system.test_record_replay import replay_all
 
 
 def start_server(archive_dir: str, aeron_dir: str, stream_id: int) -> tuple[subprocess.Popen, dict]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "archive.cli.main", "serve", "--dir", archive_dir, "--aeron-dir", aeron_dir,
+        [sys.executable, "-m", "aeron_archive_spark.archive.cli.main", "serve", "--dir", archive_dir, "--aeron-dir", aeron_dir,
          "--control-channel", "none", "--local-control-stream-id", str(stream_id), "--segment-length", "128k",
          "--low-storage-threshold", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

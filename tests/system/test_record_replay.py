@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from archive import ArchiveError, ErrorCode, SourceLocation
-from archive.constants import REPLAY_ALL_AND_STOP, RecordingSignal
+from aeron_archive_spark.archive import ArchiveError, ErrorCode, SourceLocation
+from aeron_archive_spark.archive.constants import REPLAY_ALL_AND_STOP, RecordingSignal
 from conftest import free_udp_port
 from system.harness import SMALL_TERM, Harness, collect, offer_all, payloads_of, wait_for
 

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from archive.constants import RecordingSignal
-from archive.storage.frames import (
+from aeron_archive_spark.archive.constants import RecordingSignal
+from aeron_archive_spark.archive.storage.frames import (
     BEGIN_FRAG_FLAG,
     END_FRAG_FLAG,
     FRAME_ALIGNMENT,
@@ -16,10 +16,10 @@ from archive.storage.frames import (
     HEADER_LENGTH,
     align,
 )
-from archive.storage.recording_reader import RecordingReader
-from connector.options import ConnectionOptions
-from connector.source.partition import AeronArchivePartition, RecordingFacts
-from connector.source.replay_fetch import ReplayChunkSource, ReplayFetchError
+from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
+from aeron_archive_spark.connector.options import ConnectionOptions
+from aeron_archive_spark.connector.source.partition import AeronArchivePartition, RecordingFacts
+from aeron_archive_spark.connector.source.replay_fetch import ReplayChunkSource, ReplayFetchError
 from system.harness import SMALL_TERM, Harness, offer_all, payloads_of, wait_for
 
 _FRAME = struct.Struct("<iBBH")
@@ -225,7 +225,7 @@ def test_archive_going_away_mid_read_fails_clearly(harness):
 def test_executor_without_a_driver_starts_an_embedded_one_and_receives_the_replay_over_udp(aeron_dir, tmp_path):
     """A remote executor: no driver in its aeronDir, so it runs its own; control and replay go over UDP."""
     from conftest import free_udp_port
-    from connector import executor_aeron
+    from aeron_archive_spark.connector import executor_aeron
 
     control = f"aeron:udp?endpoint=localhost:{free_udp_port()}"
     h = Harness(aeron_dir, str(tmp_path / "archive"), control_channel=control, control_stream_id=7711)

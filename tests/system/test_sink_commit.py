@@ -18,14 +18,14 @@ import time
 
 import pytest
 
-from archive import SourceLocation
-from archive.constants import RecordingSignal
-from connector.options import OptionError
-from connector.sink import faults
-from connector.sink.batch_map import read_batch_map
-from connector.sink.committer import close_connections, commit_batch
-from connector.sink.errors import InjectedFault, SinkError
-from connector.sink.state import PENDING_FILE, load_pending, load_state
+from aeron_archive_spark.archive import SourceLocation
+from aeron_archive_spark.archive.constants import RecordingSignal
+from aeron_archive_spark.connector.options import OptionError
+from aeron_archive_spark.connector.sink import faults
+from aeron_archive_spark.connector.sink.batch_map import read_batch_map
+from aeron_archive_spark.connector.sink.committer import close_connections, commit_batch
+from aeron_archive_spark.connector.sink.errors import InjectedFault, SinkError
+from aeron_archive_spark.connector.sink.state import PENDING_FILE, load_pending, load_state
 from system.harness import Harness, offer_all, payloads_of, wait_for
 from system.test_sink_util import replay_recording, sink_options, stage, value_batch
 
@@ -63,7 +63,7 @@ def commit_in_child(options, messages, batch_id: int) -> int:
     """Run commit_batch in a fresh process (a crash there is a real crash); returns its exit code."""
     payload = pickle.dumps((options, messages, batch_id))
     code = ("import pickle, sys, logging; logging.basicConfig(level=logging.INFO)\n"
-            "from connector.sink.committer import close_connections, commit_batch\n"
+            "from aeron_archive_spark.connector.sink.committer import close_connections, commit_batch\n"
             "options, messages, batch_id = pickle.loads(sys.stdin.buffer.read())\n"
             "commit_batch(options, messages, batch_id, str(batch_id), True)\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]))
@@ -156,7 +156,7 @@ def test_hard_crash_mid_publish_is_truncated_and_redone(harness, tmp_path, caplo
     wait_for(lambda: (harness.client.get_max_recorded_position(recording_id) > entry0.stop_position),
              what="partial data recorded")
 
-    with caplog.at_level(logging.WARNING, logger="connector.sink.committer"):
+    with caplog.at_level(logging.WARNING, logger="aeron_archive_spark.connector.sink.committer"):
         entry1 = commit_batch(options, messages, 1, "1", True)
     assert "truncating recording" in caplog.text
     assert entry1.start_position == entry0.stop_position

@@ -6,10 +6,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from archive.channel import add_session_id
-from archive.constants import RecordingSignal
-from connector.sink.errors import SinkError
-from connector.sink.publisher import FramePublisher
+from aeron_archive_spark.archive.channel import add_session_id
+from aeron_archive_spark.archive.constants import RecordingSignal
+from aeron_archive_spark.connector.sink.errors import SinkError
+from aeron_archive_spark.connector.sink.publisher import FramePublisher
 from system.harness import Harness, payloads_of, wait_for
 from system.test_sink_util import replay_recording
 

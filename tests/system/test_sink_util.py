@@ -8,10 +8,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from archive import AeronArchive
-from connector.sink.columns import InputLayout
-from connector.sink.options import SinkOptions, parse_sink_options
-from connector.sink.staging import StagedPartition, stage_partition
+from aeron_archive_spark.archive import AeronArchive
+from aeron_archive_spark.connector.sink.columns import InputLayout
+from aeron_archive_spark.connector.sink.options import SinkOptions, parse_sink_options
+from aeron_archive_spark.connector.sink.staging import StagedPartition, stage_partition
 from system.harness import Harness
 
 SINK_CHANNEL = "aeron:ipc?term-length=65536"

@@ -12,10 +12,10 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from archive.constants import NULL_POSITION, NULL_TIMESTAMP, RecordingState
-from archive.descriptor import RecordingDescriptor
-from archive.storage.catalog import compose_semantic_version
-from archive.storage.frames import (
+from aeron_archive_spark.archive.constants import NULL_POSITION, NULL_TIMESTAMP, RecordingState
+from aeron_archive_spark.archive.descriptor import RecordingDescriptor
+from aeron_archive_spark.archive.storage.catalog import compose_semantic_version
+from aeron_archive_spark.archive.storage.frames import (
     FRAME_ALIGNMENT,
     HDR_TYPE_DATA,
     HDR_TYPE_PAD,

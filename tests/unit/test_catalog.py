@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from archive.constants import NULL_POSITION, NULL_TIMESTAMP, RecordingState
-from archive.exceptions import ArchiveError, ErrorCode
-from archive.storage.catalog import (
+from aeron_archive_spark.archive.constants import NULL_POSITION, NULL_TIMESTAMP, RecordingState
+from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
+from aeron_archive_spark.archive.storage.catalog import (
     CATALOG_VERSION,
     Catalog,
     CatalogIndex,
@@ -18,8 +18,8 @@ from archive.storage.catalog import (
     find_segment_end,
     fragment_straddles_page_boundary,
 )
-from archive.storage.checksums import Crc32, Crc32c
-from archive.storage.recording_writer import RecordingWriter
+from aeron_archive_spark.archive.storage.checksums import Crc32, Crc32c
+from aeron_archive_spark.archive.storage.recording_writer import RecordingWriter
 from tests.unit.storage_helpers import (
     INITIAL_TERM_ID,
     MTU_LENGTH,

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from archive import constants
-from archive.codecs import CODEC, CodecError, Message, SbeCodec, SchemaError, load_archive_codec, templates
+from aeron_archive_spark.archive import constants
+from aeron_archive_spark.archive.codecs import CODEC, CodecError, Message, SbeCodec, SchemaError, load_archive_codec, templates
 
 I8 = "q"
 I4 = "i"

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from archive.descriptor import RecordingDescriptor
-from connector.options import SourceOptions
-from connector.source.location import RecordingSource
+from aeron_archive_spark.archive.descriptor import RecordingDescriptor
+from aeron_archive_spark.connector.options import SourceOptions
+from aeron_archive_spark.connector.source.location import RecordingSource
 from unit.test_connector_decode import INITIAL_TERM_ID, SESSION_ID, STREAM_ID, TERM, Stream, random_stream
 
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pytest
 
-from archive.exceptions import ArchiveError
-from archive.storage.frames import (
+from aeron_archive_spark.archive.exceptions import ArchiveError
+from aeron_archive_spark.archive.storage.frames import (
     BEGIN_FRAG_FLAG,
     END_FRAG_FLAG,
     FRAME_ALIGNMENT,
@@ -18,10 +18,10 @@ from archive.storage.frames import (
     compute_term_id_from_position,
     position_bits_to_shift,
 )
-from connector.source.decode import PartitionDecoder, binary_column
-from connector.source.partition import AeronArchivePartition, RecordingFacts
-from connector.source.planning import plan_partitions, split_range
-from connector.source.schema import FIXED_FIELDS, arrow_schema
+from aeron_archive_spark.connector.source.decode import PartitionDecoder, binary_column
+from aeron_archive_spark.connector.source.partition import AeronArchivePartition, RecordingFacts
+from aeron_archive_spark.connector.source.planning import plan_partitions, split_range
+from aeron_archive_spark.connector.source.schema import FIXED_FIELDS, arrow_schema
 from unit.storage_helpers import frame_bytes, pad_header
 
 TERM = 64 * 1024

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from connector.options import (
+from aeron_archive_spark.connector.options import (
     EARLIEST,
     LATEST,
     OPTIONS,

@@ -9,9 +9,9 @@ import time
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes
 
-from connector.source.batch_reader import DataLossError
-from connector.source.schema import FIXED_FIELDS
-from connector.source.stream_reader import AeronArchiveStreamReader, share_budget
+from aeron_archive_spark.connector.source.batch_reader import DataLossError
+from aeron_archive_spark.connector.source.schema import FIXED_FIELDS
+from aeron_archive_spark.connector.source.stream_reader import AeronArchiveStreamReader, share_budget
 from spark.test_source_support import Recorder, source_options
 from system.harness import SMALL_TERM, Harness, payloads_of
 

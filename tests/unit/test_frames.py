@@ -6,8 +6,8 @@ import struct
 import numpy as np
 import pytest
 
-from archive.storage import frames as F
-from archive.storage.frames import ScanStop, scan_frames
+from aeron_archive_spark.archive.storage import frames as F
+from aeron_archive_spark.archive.storage.frames import ScanStop, scan_frames
 from tests.unit.storage_helpers import StreamBuilder, frame_bytes, pad_header
 
 INT32_MAX = 2**31 - 1

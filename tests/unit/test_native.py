@@ -1,4 +1,4 @@
-"""archive.native against a real embedded C media driver: no mocks, every wait bounded by a deadline."""
+"""aeron_archive_spark.archive.native against a real embedded C media driver: no mocks, every wait bounded by a deadline."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
-from archive.native import (
+from aeron_archive_spark.archive.native import (
     ADMIN_ACTION,
     BACK_PRESSURED,
     COUNTER_MAX_KEY_LENGTH,

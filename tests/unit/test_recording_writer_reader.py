@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from archive.constants import NULL_POSITION
-from archive.exceptions import ArchiveError, ErrorCode
-from archive.storage.checksums import (
+from aeron_archive_spark.archive.constants import NULL_POSITION
+from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
+from aeron_archive_spark.archive.storage.checksums import (
     Checksum,
     Crc32,
     Crc32c,
@@ -20,10 +20,10 @@ from archive.storage.checksums import (
     first_checksum_mismatch,
     verify_record_checksums,
 )
-from archive.storage.frames import HDR_TYPE_PAD, ScanStop, scan_frames
-from archive.storage.recording_reader import RecordingReader
-from archive.storage.recording_writer import RecordingWriter
-from archive.storage.segments import list_segment_files, segment_files
+from aeron_archive_spark.archive.storage.frames import HDR_TYPE_PAD, ScanStop, scan_frames
+from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
+from aeron_archive_spark.archive.storage.recording_writer import RecordingWriter
+from aeron_archive_spark.archive.storage.segments import list_segment_files, segment_files
 from tests.unit.storage_helpers import (
     INITIAL_TERM_ID,
     SEGMENT_LENGTH,

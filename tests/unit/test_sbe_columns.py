@@ -13,8 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from archive.codecs.codec import SbeCodec, SchemaError
-from connector.sbe import (
+from aeron_archive_spark.archive.codecs.codec import SbeCodec, SchemaError
+from aeron_archive_spark.connector.sbe import (
     MESSAGE_COLUMN,
     UNKNOWN_ENUM,
     ColumnSpec,
@@ -24,8 +24,8 @@ from connector.sbe import (
     SbeEncoder,
     message_columns,
 )
-from connector.source.payload import PayloadDecoder
-from connector.source.sbe_decode import SbeDecoder
+from aeron_archive_spark.connector.source.payload import PayloadDecoder
+from aeron_archive_spark.connector.source.sbe_decode import SbeDecoder
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "market_data.xml"
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from archive.exceptions import ArchiveError, ErrorCode
-from archive.storage.recording_writer import RecordingWriter
-from archive.storage.segments import (
+from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
+from aeron_archive_spark.archive.storage.recording_writer import RecordingWriter
+from aeron_archive_spark.archive.storage.segments import (
     delete_pending_name,
     delete_segment_file,
     erase_segment_tail,

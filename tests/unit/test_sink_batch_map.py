@@ -8,11 +8,11 @@ import os
 
 import pytest
 
-from connector.sink import batch_map
-from connector.sink.batch_map import BatchEntry, append_entry, find_entry, last_entry, read_batch_map
-from connector.sink.cli import add_subparser
-from connector.sink.errors import SinkError
-from connector.sink.state import Pending, SinkState, clear_pending, load_pending, load_state, save_pending, save_state
+from aeron_archive_spark.connector.sink import batch_map
+from aeron_archive_spark.connector.sink.batch_map import BatchEntry, append_entry, find_entry, last_entry, read_batch_map
+from aeron_archive_spark.connector.sink.cli import add_subparser
+from aeron_archive_spark.connector.sink.errors import SinkError
+from aeron_archive_spark.connector.sink.state import Pending, SinkState, clear_pending, load_pending, load_state, save_pending, save_state
 
 
 def entry(batch_id: int, size: int = 64) -> BatchEntry:

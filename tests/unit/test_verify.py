@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from archive.constants import NULL_POSITION
-from archive.descriptor import RecordingDescriptor
-from archive.exceptions import ArchiveError
-from archive.storage.catalog import Catalog
-from archive.storage.checksums import Crc32c
-from archive.storage.recording_writer import RecordingWriter
-from archive.storage.verify import IssueKind, verify_archive, verify_recording
+from aeron_archive_spark.archive.constants import NULL_POSITION
+from aeron_archive_spark.archive.descriptor import RecordingDescriptor
+from aeron_archive_spark.archive.exceptions import ArchiveError
+from aeron_archive_spark.archive.storage.catalog import Catalog
+from aeron_archive_spark.archive.storage.checksums import Crc32c
+from aeron_archive_spark.archive.storage.recording_writer import RecordingWriter
+from aeron_archive_spark.archive.storage.verify import IssueKind, verify_archive, verify_recording
 from tests.unit.storage_helpers import (
     INITIAL_TERM_ID,
     MTU_LENGTH,

@@ -3,6 +3,6 @@
 Importing this must stay cheap and side-effect free (Spark imports it in a lookup worker).
 """
 
-from connector.datasource import AeronArchiveDataSource as DefaultSource
+from aeron_archive_spark.connector.datasource import AeronArchiveDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]
