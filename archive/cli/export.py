@@ -1,8 +1,8 @@
 """`aeron-archive export ID --to FILE.parquet`: one recording's messages as a Parquet table, offline.
 
-It reads the segment files with the Spark source's decoder (same rows and columns as
-`spark.read.format("aeron-archive")`, including `--sbe-schema` typed columns) without starting Spark, streaming
-one record batch at a time so memory stays bounded whatever the recording's size.
+It reads the segment files through `archive.tables`, the Spark-free layer the Spark source reads through too (same
+rows and columns as `spark.read.format("aeron-archive")`, including `--sbe-schema` typed columns), streaming one
+record batch at a time so memory stays bounded whatever the recording's size; it needs neither Spark nor Java.
 """
 
 from __future__ import annotations
@@ -10,7 +10,17 @@ from __future__ import annotations
 import argparse
 import sys
 
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
 from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
+from aeron_archive_spark.archive.tables.options import SourceOptions
+from aeron_archive_spark.archive.tables.payload import payload_decoder
+from aeron_archive_spark.archive.tables.planning import plan_ranges
+from aeron_archive_spark.archive.tables.ranges import RecordingFacts
+from aeron_archive_spark.archive.tables.read import read_batches
+from aeron_archive_spark.archive.tables.recording_source import open_recording_source
+from aeron_archive_spark.archive.tables.schema import row_schema
 
 PARTITION_BYTES = 64 * 1024 * 1024
 
@@ -18,16 +28,6 @@ PARTITION_BYTES = 64 * 1024 * 1024
 def export_recording(archive_dir: str, recording_id: int, to: str, sbe_schema: str | None = None,
                      sbe_message: str | None = None, progress: bool = True) -> tuple[int, int]:
     """Write the recording's messages to `to`; returns (rows, bytes of stream exported)."""
-    import pyarrow.parquet as pq
-    from tqdm import tqdm
-
-    from aeron_archive_spark.connector.options import SourceOptions
-    from aeron_archive_spark.connector.source.decode import decode_partition
-    from aeron_archive_spark.connector.source.location import facts_of, open_recording_source
-    from aeron_archive_spark.connector.source.payload import payload_decoder
-    from aeron_archive_spark.connector.source.planning import plan_partitions
-    from aeron_archive_spark.connector.source.schema import arrow_schema, schema_for
-
     raw = {"archiveDir": archive_dir, "recordingId": str(recording_id)}
     if sbe_schema:
         raw["sbeSchema"] = sbe_schema
@@ -35,29 +35,29 @@ def export_recording(archive_dir: str, recording_id: int, to: str, sbe_schema: s
         raw["sbeMessage"] = sbe_message
     options = SourceOptions.parse(raw, False)
     decoder = payload_decoder(options)
-    schema = arrow_schema(schema_for(decoder))
+    schema = row_schema(decoder)
     source = open_recording_source(options)
     try:
         descriptor = source.list_selected().get(recording_id)
         if descriptor is None:
             raise ArchiveError(f"unknown recording id: {recording_id} in {archive_dir}", ErrorCode.UNKNOWN_RECORDING)
         start, end = descriptor.start_position, source.safe_end(descriptor)
-        partitions = plan_partitions([(facts_of(descriptor), start, end, end)], PARTITION_BYTES, archive_dir, None)
+        ranges = plan_ranges([(RecordingFacts.of(descriptor), start, end, end)], PARTITION_BYTES, archive_dir, None)
         rows = 0
         with pq.ParquetWriter(to, schema) as writer, \
                 tqdm(total=end - start, unit="B", unit_scale=True, unit_divisor=1024, disable=not progress,
                      desc=f"recording {recording_id}", file=sys.stderr) as bar:
             done = start
-            for partition in partitions:
-                for batch in decode_partition(partition, source.chunk_source(), schema, decoder):
+            for read_range in ranges:
+                for batch in read_batches(read_range, schema, decoder):
                     writer.write_batch(batch)
                     rows += batch.num_rows
                     if batch.num_rows:
                         reached = min(int(batch.column("position")[-1].as_py()), end)
                         bar.update(max(0, reached - done))
                         done = max(done, reached)
-                bar.update(max(0, partition.end - done))
-                done = max(done, partition.end)
+                bar.update(max(0, read_range.end - done))
+                done = max(done, read_range.end)
         return rows, end - start
     finally:
         source.close()

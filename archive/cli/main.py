@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 
 from aeron_archive_spark.archive import constants as c
 
@@ -123,6 +124,19 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 0 if failed == 0 or args.fix else 1
 
 
+# Verbs other installed parts add (the Spark connector adds `batches`): `add_subparser(subparsers)` callables
+# declared as entry points of this group, so the engine never imports them by name.
+CLI_ENTRY_POINTS = "aeron_archive_spark.cli"
+
+
+def _add_plugin_verbs(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    for entry in sorted(entry_points(group=CLI_ENTRY_POINTS), key=lambda e: e.name):
+        try:
+            entry.load()(sub)
+        except Exception as ex:  # a broken plug-in must not take the operator's tools down with it
+            log.warning("aeron-archive: command %r from %s is unavailable: %s", entry.name, entry.value, ex)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aeron-archive", description=__doc__)
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
@@ -171,8 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_subparser(sub)
     stats.add_subparser(sub)
     tail.add_subparser(sub)
-    from aeron_archive_spark.connector.sink import cli as sink_cli
-    sink_cli.add_subparser(sub)
+    _add_plugin_verbs(sub)
     return parser
 
 

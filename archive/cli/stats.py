@@ -39,7 +39,7 @@ def add_subparser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aeron_archive_spark.archive.client.aeron_archive import default_aeron_dir
+    from aeron_archive_spark.archive.client.connection import default_aeron_dir
     aeron_dir = args.aeron_dir or default_aeron_dir()
     while True:
         rows = collect(aeron_dir, args.all)

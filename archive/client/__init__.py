@@ -4,7 +4,11 @@ from aeron_archive_spark.archive.client.aeron_archive import (
     AeronArchive,
     RecordingSignalEvent,
     RecordingSubscriptionDescriptor,
+)
+from aeron_archive_spark.archive.client.connection import (
+    ConnectionOptions,
     default_aeron_dir,
 )
 
-__all__ = ["AeronArchive", "RecordingSignalEvent", "RecordingSubscriptionDescriptor", "default_aeron_dir"]
+__all__ = ["AeronArchive", "ConnectionOptions", "RecordingSignalEvent", "RecordingSubscriptionDescriptor",
+           "default_aeron_dir"]

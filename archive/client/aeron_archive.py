@@ -8,15 +8,19 @@ meanwhile go to `recording_signal_consumer`; an ERROR raises `ArchiveError` with
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aeron_archive_spark.archive.channel import ChannelUri, add_session_id, initial_position_params
+from aeron_archive_spark.archive.channel import (
+    ChannelUri,
+    add_session_id,
+    initial_position_params,
+)
 from aeron_archive_spark.archive.client.archive_proxy import ArchiveProxy
+from aeron_archive_spark.archive.client.connection import default_aeron_dir
 from aeron_archive_spark.archive.codecs import CodecError, load_archive_codec
 from aeron_archive_spark.archive.codecs import templates as t
 from aeron_archive_spark.archive.constants import (
@@ -34,8 +38,17 @@ from aeron_archive_spark.archive.constants import (
     SourceLocation,
 )
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
-from aeron_archive_spark.archive.exceptions import ArchiveError, ArchiveTimeoutError, ErrorCode
-from aeron_archive_spark.archive.native import AeronClient, ExclusivePublication, Publication, Subscription
+from aeron_archive_spark.archive.exceptions import (
+    ArchiveError,
+    ArchiveTimeoutError,
+    ErrorCode,
+)
+from aeron_archive_spark.archive.native import (
+    AeronClient,
+    ExclusivePublication,
+    Publication,
+    Subscription,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,15 +73,6 @@ class RecordingSubscriptionDescriptor:
     subscription_id: int
     stream_id: int
     stripped_channel: str
-
-
-def default_aeron_dir() -> str:
-    """Where a media driver runs by default: $AERON_DIR, else Aeron's default directory for this user."""
-    env = os.environ.get("AERON_DIR")
-    if env:
-        return env
-    import pyaeron
-    return pyaeron.default_path()
 
 
 class AeronArchive:

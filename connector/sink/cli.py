@@ -1,8 +1,9 @@
 """`aeron-archive batches --state DIR [--json]`: print a sink's batch id -> recording positions map.
 
-Wired into `aeron_archive_spark.archive.cli.main.build_parser` with `add_subparser(sub)`; it reads only the sink's state directory
-(no archive or Spark needed), so an operator can map a position in the recording back to the micro-batch that
-wrote it, or see that a commit is pending after a crash.
+Declared as an `aeron_archive_spark.cli` entry point in pyproject.toml, which the `aeron-archive` command loads
+(the engine never imports the connector). It reads only the sink's state directory (no archive or Spark needed),
+so an operator can map a position in the recording back to the micro-batch that wrote it, or see that a commit is
+pending after a crash.
 """
 
 from __future__ import annotations

@@ -15,14 +15,14 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from aeron_archive_spark.connector.options import OptionError
+from aeron_archive_spark.archive.tables.option_table import OptionError
 from aeron_archive_spark.connector.sink.errors import SinkSchemaError
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-    from aeron_archive_spark.connector.sbe.encode import SbeEncoder
+    from aeron_archive_spark.archive.tables.sbe.encode import SbeEncoder
     from aeron_archive_spark.connector.sink.options import SinkOptions
 
 VALUE = "value"
@@ -99,7 +99,7 @@ def _sbe_layout(schema: StructType, options: SinkOptions) -> InputLayout:
 @functools.lru_cache(maxsize=8)
 def sbe_encoder(schema_path: str, message: str) -> SbeEncoder:
     """One encoder per (schema, message) and process: executors reuse it for every batch."""
-    from aeron_archive_spark.connector.sbe.encode import SbeEncoder
+    from aeron_archive_spark.archive.tables.sbe.encode import SbeEncoder
     return SbeEncoder(schema_path, message, ignore_columns=(RESERVED_VALUE,))
 
 

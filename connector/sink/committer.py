@@ -33,18 +33,39 @@ from dataclasses import dataclass
 from typing import Any
 
 from aeron_archive_spark.archive.channel import ChannelUri, add_session_id
-from aeron_archive_spark.archive.client.aeron_archive import AeronArchive, RecordingSignalEvent
-from aeron_archive_spark.archive.constants import NULL_COUNTER_ID, NULL_POSITION, RecordingSignal, SourceLocation
+from aeron_archive_spark.archive.client.aeron_archive import (
+    AeronArchive,
+    RecordingSignalEvent,
+)
+from aeron_archive_spark.archive.client.connection import ConnectionOptions
+from aeron_archive_spark.archive.constants import (
+    NULL_COUNTER_ID,
+    NULL_POSITION,
+    RecordingSignal,
+    SourceLocation,
+)
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
 from aeron_archive_spark.archive.native import AeronClient, ExclusivePublication
-from aeron_archive_spark.archive.recording_pos import find_counter_id_by_recording, is_active
-from aeron_archive_spark.connector.options import ConnectionOptions
+from aeron_archive_spark.archive.recording_pos import (
+    find_counter_id_by_recording,
+    is_active,
+)
 from aeron_archive_spark.connector.sink import faults
-from aeron_archive_spark.connector.sink.batch_map import BatchEntry, append_entry, find_entry, last_entry
+from aeron_archive_spark.connector.sink.batch_map import (
+    BatchEntry,
+    append_entry,
+    find_entry,
+    last_entry,
+)
 from aeron_archive_spark.connector.sink.errors import InjectedFault, SinkError
 from aeron_archive_spark.connector.sink.options import SinkOptions
 from aeron_archive_spark.connector.sink.publisher import FramePublisher
-from aeron_archive_spark.connector.sink.staging import StagedPartition, read_staged, remove_files, sweep
+from aeron_archive_spark.connector.sink.staging import (
+    StagedPartition,
+    read_staged,
+    remove_files,
+    sweep,
+)
 from aeron_archive_spark.connector.sink.state import (
     Pending,
     SinkState,

@@ -1,9 +1,10 @@
 """The sink's typed view of the `format("aeron-archive")` options, parsed from the shared table.
 
 Connection and target options (`aeronDir`, `controlChannel`, ..., `recordingId`, `channel`, `streamId`,
-`sbeSchema`, `sbeMessage`) are rows of `aeron_archive_spark.connector.options.OPTIONS` shared with the source; the rows only the
-sink has are registered here. Spark builds a stream writer per micro-batch (and again for commit), so parsing
-does no I/O; the result is frozen and picklable because the writer travels to executors.
+`sbeSchema`, `sbeMessage`) are rows of `archive.tables.options.RECORDING_OPTIONS`, shared with the source; the
+rows only the sink has are `connector.options.SINK_OPTIONS`, and `connector.options.OPTIONS`, the table parsed
+against here, holds both. Spark builds a stream writer per micro-batch (and again for commit), so parsing does no
+I/O; the result is frozen and picklable because the writer travels to executors.
 """
 
 from __future__ import annotations
@@ -15,37 +16,17 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from aeron_archive_spark.connector.options import (
-    ConnectionOptions,
+from aeron_archive_spark.archive.client.connection import ConnectionOptions
+from aeron_archive_spark.archive.tables.option_table import (
     Mode,
     OptionError,
-    OptionSpec,
-    choice_parser,
-    parse_duration_ms,
     parse_options,
-    parse_string,
-    register_option,
 )
+from aeron_archive_spark.archive.tables.options import connection_from_parsed
+from aeron_archive_spark.connector.options import OPTIONS, STATE_SUBDIR
 
-STATE_SUBDIR = "aeron-archive-sink"
 # Spark adds the query's checkpointLocation to a streaming sink's options; it is not a user option of ours.
 CHECKPOINT_KEY = "checkpointlocation"
-
-SINK_OPTIONS: tuple[OptionSpec, ...] = (
-    OptionSpec("sinkStateDir", parse_string, None, Mode.WRITE,
-               "sink state: recording id, batch id -> positions map, pending-commit marker; one per query, on a "
-               "filesystem the driver can fsync", f"<checkpointLocation>/{STATE_SUBDIR} (streaming); none (batch)"),
-    OptionSpec("stagingLocation", parse_string, None, Mode.WRITE,
-               "where executors stage each partition's Arrow data until the driver commits it; executors and "
-               "driver must share it", "<sinkStateDir>/staging (batch without sinkStateDir: a temp dir)"),
-    OptionSpec("sourceLocation", choice_parser("local", "remote"), "local", Mode.WRITE,
-               "where the archive finds the sink's publication: local (same media driver, spy for UDP) or remote"),
-    OptionSpec("publishTimeout", parse_duration_ms, 30_000, Mode.WRITE,
-               "fail a commit when the archive makes no progress (back pressure, recorder, signals) this long",
-               "30s"),
-)
-for _spec in SINK_OPTIONS:
-    register_option(_spec)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +69,7 @@ def parse_sink_options(options: Mapping[str, Any], streaming: bool) -> SinkOptio
     raw = {str(k): str(v) for k, v in dict(options).items() if v is not None}
     checkpoint = next((v for k, v in raw.items() if k.lower() == CHECKPOINT_KEY), None)
     parsed = parse_options({k: v for k, v in raw.items() if k.lower() != CHECKPOINT_KEY},
-                           Mode.STREAM_WRITE if streaming else Mode.BATCH_WRITE)
+                           Mode.STREAM_WRITE if streaming else Mode.BATCH_WRITE, OPTIONS)
 
     recording_id = parsed.get("recordingId")
     channel = parsed.get("channel")
@@ -132,7 +113,7 @@ def parse_sink_options(options: Mapping[str, Any], streaming: bool) -> SinkOptio
         raise OptionError("option sbeMessage needs option sbeSchema (the SBE XML schema to encode with)")
 
     return SinkOptions(
-        connection=ConnectionOptions.from_parsed(parsed),
+        connection=connection_from_parsed(parsed),
         recording_id=recording_id,
         channel=channel,
         stream_id=stream_id,

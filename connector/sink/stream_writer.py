@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from aeron_archive_spark.connector.options import OptionError
+from aeron_archive_spark.archive.tables.option_table import OptionError
 from aeron_archive_spark.connector.sink.columns import input_layout
 from aeron_archive_spark.connector.sink.options import parse_sink_options
 

@@ -9,9 +9,10 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
-from aeron_archive_spark.connector.options import EARLIEST, LATEST
-from aeron_archive_spark.connector.source.location import RecordingSource, facts_of
-from aeron_archive_spark.connector.source.planning import plan_partitions
+from aeron_archive_spark.archive.tables.options import EARLIEST, LATEST
+from aeron_archive_spark.archive.tables.ranges import RecordingFacts
+from aeron_archive_spark.archive.tables.recording_source import RecordingSource
+from aeron_archive_spark.connector.source.partition import plan_partitions
 from aeron_archive_spark.connector.source.reader import ReaderBase
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ class AeronArchiveBatchReader(ReaderBase, DataSourceReader):
                     raise ValueError(f"endingPosition {end} of recording {rid} is before its starting position "
                                      f"{start}")
                 # The last message begun before `end` is read to completion, up to the available end.
-                ranges.append((facts_of(descriptor), start, end, available))
+                ranges.append((RecordingFacts.of(descriptor), start, end, available))
             if not ranges:
                 log.warning("no recordings match %s in the %s", options.selection.describe(), source.describe())
             archive_dir, connection = source.partition_location()

@@ -1,55 +1,45 @@
-"""The picklable unit of work a source read runs on an executor.
+"""The Spark face of a planned read: an `InputPartition` carrying one `ReadRange`.
 
 `read()` runs in an executor's Python worker on the pickled planning reader, which has no archive connection and no
-catalog, so a partition carries every descriptor fact and location option its read needs.
+catalog, so the range carries every descriptor fact and location option its read needs (see
+`archive.tables.ranges`). Spark requires partitions to be `InputPartition`s; everything else about them is
+Spark-free and shared with the offline tools.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
 
 from pyspark.sql.datasource import InputPartition
 
-from aeron_archive_spark.connector.options import ConnectionOptions
+from aeron_archive_spark.archive.client.connection import ConnectionOptions
+from aeron_archive_spark.archive.tables.planning import plan_ranges
+from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts
 
 
-@dataclass(frozen=True, slots=True)
-class RecordingFacts:
-    """The descriptor facts a read needs: segment/term arithmetic, and the sessionId/streamId row columns.
+class AeronArchivePartition(InputPartition):  # type: ignore[misc]  # pyspark ships no type information
+    """One `ReadRange` as Spark schedules it (`value` is the range, as `InputPartition` keeps it)."""
 
-    `session_id` is the descriptor's session id, not the per-frame one: replay rewrites frame session ids and
-    recordings made with record checksums keep a CRC there on disk, so the descriptor value is the only one both
-    read paths can report identically.
-    """
+    def __init__(self, read_range: ReadRange) -> None:
+        super().__init__(read_range)
+        self.read_range = read_range
 
-    recording_id: int
-    start_position: int
-    term_length: int
-    segment_length: int
-    initial_term_id: int
-    session_id: int
-    stream_id: int
-    mtu_length: int
+    def __repr__(self) -> str:
+        r = self.read_range
+        return f"AeronArchivePartition({r.index}: recording {r.recording_id} [{r.start}, {r.end}) limit {r.limit})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AeronArchivePartition) and other.read_range == self.read_range
+
+    def __hash__(self) -> int:
+        return hash(self.read_range)
 
 
-@dataclass(frozen=True)
-class AeronArchivePartition(InputPartition):
-    """Messages of one recording that BEGIN in `[start, end)`.
-
-    Reading starts at `start` (the batch's start offset, a message boundary, or a term boundary inside the range,
-    which may fall inside a fragmented message: leading continuation fragments are skipped) and runs past `end`
-    only to finish the last message begun before `end`; it never reaches `limit` (the batch's end offset for the
-    recording, always a message boundary). Exactly one of `archive_dir` / `connection` is set.
-    """
-
-    index: int
-    recording: RecordingFacts
-    start: int
-    end: int
-    limit: int
-    archive_dir: str | None
-    connection: ConnectionOptions | None
-
-    @property
-    def recording_id(self) -> int:
-        return self.recording.recording_id
+def plan_partitions(
+    ranges: Iterable[tuple[RecordingFacts, int, int, int]],
+    max_bytes_per_partition: int,
+    archive_dir: str | None,
+    connection: ConnectionOptions | None,
+) -> list[AeronArchivePartition]:
+    """Partitions for `(facts, start, end, limit)` ranges, in recording id then position order."""
+    return [AeronArchivePartition(r) for r in plan_ranges(ranges, max_bytes_per_partition, archive_dir, connection)]

@@ -16,12 +16,18 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
-from aeron_archive_spark.connector.options import OptionError, SourceOptions
-from aeron_archive_spark.connector.source.chunks import open_chunk_source
-from aeron_archive_spark.connector.source.decode import decode_partition
-from aeron_archive_spark.connector.source.location import RecordingSource, open_recording_source
+from aeron_archive_spark.archive.storage.catalog import Catalog
+from aeron_archive_spark.archive.tables.option_table import OptionError
+from aeron_archive_spark.archive.tables.options import SourceOptions
+from aeron_archive_spark.archive.tables.payload import PayloadDecoder, payload_decoder
+from aeron_archive_spark.archive.tables.ranges import ReadRange
+from aeron_archive_spark.archive.tables.read import read_batches
+from aeron_archive_spark.archive.tables.recording_source import (
+    RecordingSource,
+    open_recording_source,
+)
+from aeron_archive_spark.connector.options import OPTIONS
 from aeron_archive_spark.connector.source.partition import AeronArchivePartition
-from aeron_archive_spark.connector.source.payload import PayloadDecoder, payload_decoder
 from aeron_archive_spark.connector.source.schema import arrow_schema, schema_for
 
 log = logging.getLogger(__name__)
@@ -33,7 +39,7 @@ class ReaderBase:
     _UNPICKLED = ("_source", "_decoder", "_decoder_built")
 
     def _setup(self, options: Mapping[str, str], schema: StructType, streaming: bool) -> None:
-        self.options = SourceOptions.parse(options, streaming)
+        self.options = SourceOptions.parse(options, streaming, OPTIONS)
         self._schema = schema
         self._source: RecordingSource | None = None
         self._decoder: PayloadDecoder | None = None
@@ -80,18 +86,15 @@ class ReaderBase:
         """Record batches of the messages that begin in the partition (executor side)."""
         if not isinstance(partition, AeronArchivePartition):
             return  # Spark's stand-in `InputPartition(None)` when planning found nothing to read
-        readable = self._skip_lost_data(partition)
+        readable = self._skip_lost_data(partition.read_range)
         if readable is None:
             return
-        yield from decode_partition(readable, open_chunk_source(readable), self._arrow_schema,
-                                    self._payload_decoder())
+        yield from read_batches(readable, self._arrow_schema, self._payload_decoder())
 
-    def _skip_lost_data(self, partition: AeronArchivePartition) -> AeronArchivePartition | None:
+    def _skip_lost_data(self, partition: ReadRange) -> ReadRange | None:
         """With failOnDataLoss=false, start past data purged since planning (archiveDir; replays report it)."""
         if self.options.fail_on_data_loss or partition.archive_dir is None:
             return partition
-        from aeron_archive_spark.archive.storage.catalog import Catalog
-
         with Catalog(partition.archive_dir, writable=False) as catalog:
             descriptor = catalog.find(partition.recording_id)
         if descriptor is None:

@@ -1,60 +1,37 @@
-"""The source's row schema: the fixed Aeron columns, plus a payload decoder's typed columns when `sbeSchema` is set.
+"""The source's Spark schema: the Arrow row schema of `archive.tables.schema`, as Spark types.
 
 Spark checks every `pyarrow.RecordBatch` that `read()` yields against `to_arrow_schema(schema)` with
-`Schema.equals`, so the Arrow schema here is derived from the Spark schema rather than declared twice: every field
-nullable, `binary` (not `large_binary`), int32/int64 exactly as below.
+`Schema.equals`, so the Arrow schema batches are built with is derived back from the Spark schema rather than
+declared twice: every field nullable, `binary` (not `large_binary`), int32/int64 exactly as the row schema says.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
-from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
+import pyarrow as pa
+from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
+from pyspark.sql.types import StructField, StructType
 
-from aeron_archive_spark.connector.options import SourceOptions
-
-if TYPE_CHECKING:
-    import pyarrow as pa
-
-    from aeron_archive_spark.connector.source.payload import PayloadDecoder
-
-FIXED_FIELDS = StructType(
-    [
-        StructField("recordingId", LongType(), True),
-        StructField("position", LongType(), True),
-        StructField("sessionId", IntegerType(), True),
-        StructField("streamId", IntegerType(), True),
-        StructField("reservedValue", LongType(), True),
-        StructField("value", BinaryType(), True),
-    ]
-)
-FIXED_NAMES = frozenset(FIXED_FIELDS.fieldNames())
+from aeron_archive_spark.archive.tables.options import SourceOptions
+from aeron_archive_spark.archive.tables.payload import PayloadDecoder, payload_decoder
+from aeron_archive_spark.archive.tables.schema import row_schema
+from aeron_archive_spark.connector.options import OPTIONS
 
 
 def schema_for(decoder: PayloadDecoder | None) -> StructType:
-    """FIXED_FIELDS, then the decoder's columns (Spark types mapped from its Arrow fields)."""
-    if decoder is None:
-        return FIXED_FIELDS
-    from pyspark.sql.pandas.types import from_arrow_type
+    """The fixed columns, then the decoder's columns, as Spark types."""
+    return StructType([StructField(f.name, from_arrow_type(f.type), True) for f in row_schema(decoder)])
 
-    fields = list(FIXED_FIELDS.fields)
-    for f in decoder.arrow_fields():
-        if f.name in FIXED_NAMES:
-            raise ValueError(f"sbeSchema: decoded column {f.name!r} collides with a fixed source column")
-        fields.append(StructField(f.name, from_arrow_type(f.type), True))
-    return StructType(fields)
+
+FIXED_FIELDS = schema_for(None)
 
 
 def source_schema(options: Mapping[str, str]) -> StructType:
     """The schema `DataSource.schema()` reports; validates the options as a side effect (errors name them)."""
-    from aeron_archive_spark.connector.source.payload import payload_decoder
-
-    return schema_for(payload_decoder(SourceOptions.parse(options, None)))
+    return schema_for(payload_decoder(SourceOptions.parse(options, None, OPTIONS)))
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:
     """The exact Arrow schema Spark expects batches of `schema` to have."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
     return to_arrow_schema(schema, timezone="UTC")

@@ -23,9 +23,13 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
-from aeron_archive_spark.connector.source.batch_reader import DataLossError, resolve_start
-from aeron_archive_spark.connector.source.location import facts_of
-from aeron_archive_spark.connector.source.planning import from_offset, plan_partitions, to_offset
+from aeron_archive_spark.archive.tables.ranges import RecordingFacts
+from aeron_archive_spark.connector.source.batch_reader import (
+    DataLossError,
+    resolve_start,
+)
+from aeron_archive_spark.connector.source.offsets import from_offset, to_offset
+from aeron_archive_spark.connector.source.partition import plan_partitions
 from aeron_archive_spark.connector.source.reader import ReaderBase
 
 log = logging.getLogger(__name__)
@@ -191,7 +195,7 @@ class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTrigg
             if begin < descriptor.start_position:
                 begin = self._checked_start(descriptor, begin, stop)
             if stop > begin:
-                ranges.append((facts_of(descriptor), begin, stop, stop))
+                ranges.append((RecordingFacts.of(descriptor), begin, stop, stop))
         archive_dir, connection = self.source.partition_location()
         partitions = plan_partitions(ranges, self.options.max_bytes_per_partition, archive_dir, connection)
         log.debug("micro-batch %s -> %s: %d partitions", start, end, len(partitions))

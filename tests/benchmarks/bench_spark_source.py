@@ -231,7 +231,7 @@ def main() -> None:
     spark.dataSource.register(CeilingDataSource)
 
     try:
-        import aeron_archive_spark.connector.source.replay_fetch as replay_fetch
+        import aeron_archive_spark.archive.tables.replay_chunks as replay_fetch
         replay_available = hasattr(replay_fetch, "ReplayChunkSource")
     except ImportError:
         replay_available = False

@@ -64,7 +64,7 @@ def test_batch_write_without_state_dir_and_to_a_recording_id(spark, harness, tmp
 
 
 def test_sbe_encoded_write(spark, harness, tmp_path):
-    from aeron_archive_spark.connector.sbe.encode import SbeEncoder
+    from aeron_archive_spark.archive.tables.sbe.encode import SbeEncoder
     rows = [("AAPL", 1_000 + i, 10 * i, 1_700_000_000_000_000_000 + i, i, "BUY" if i % 2 else "SELL")
             for i in range(50)]
     frame = spark.createDataFrame(rows, "symbol string, price_mantissa long, quantity long, timestampNs long, "

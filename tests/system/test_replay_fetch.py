@@ -6,7 +6,9 @@ import struct
 import time
 
 import pytest
+from system.harness import SMALL_TERM, Harness, offer_all, payloads_of, wait_for
 
+from aeron_archive_spark.archive.client.connection import ConnectionOptions
 from aeron_archive_spark.archive.constants import RecordingSignal
 from aeron_archive_spark.archive.storage.frames import (
     BEGIN_FRAG_FLAG,
@@ -17,10 +19,8 @@ from aeron_archive_spark.archive.storage.frames import (
     align,
 )
 from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
-from aeron_archive_spark.connector.options import ConnectionOptions
-from aeron_archive_spark.connector.source.partition import AeronArchivePartition, RecordingFacts
-from aeron_archive_spark.connector.source.replay_fetch import ReplayChunkSource, ReplayFetchError
-from system.harness import SMALL_TERM, Harness, offer_all, payloads_of, wait_for
+from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts
+from aeron_archive_spark.archive.tables.replay_chunks import ReplayChunkSource, ReplayFetchError
 
 _FRAME = struct.Struct("<iBBH")
 
@@ -54,10 +54,10 @@ def connection(h: Harness, replay_channel: str = "aeron:ipc", timeout_ms: int = 
                              message_timeout_ms=timeout_ms, **kw)
 
 
-def partition(d, start: int, end: int, limit: int, conn: ConnectionOptions, index: int = 0) -> AeronArchivePartition:
+def partition(d, start: int, end: int, limit: int, conn: ConnectionOptions, index: int = 0) -> ReadRange:
     facts = RecordingFacts(d.recording_id, d.start_position, d.term_buffer_length, d.segment_file_length,
                            d.initial_term_id, d.session_id, d.stream_id, d.mtu_length)
-    return AeronArchivePartition(index, facts, start, end, limit, None, conn)
+    return ReadRange(index, facts, start, end, limit, None, conn)
 
 
 def frames_of(buf: bytes | bytearray, base: int) -> list[tuple[int, int, int, bytes]]:
@@ -89,7 +89,7 @@ def disk_frames(archive_dir: str, d, start: int, stop: int) -> list[tuple[int, i
         reader.close()
 
 
-def read_like_the_source(source: ReplayChunkSource, p: AeronArchivePartition) -> list[tuple[int, int, int, bytes]]:
+def read_like_the_source(source: ReplayChunkSource, p: ReadRange) -> list[tuple[int, int, int, bytes]]:
     """Consume chunks as the decoder does, stopping once the message begun before `end` is complete.
 
     Returns the frames from `start` through that message's last frame (later frames of the last chunk dropped).
@@ -225,7 +225,8 @@ def test_archive_going_away_mid_read_fails_clearly(harness):
 def test_executor_without_a_driver_starts_an_embedded_one_and_receives_the_replay_over_udp(aeron_dir, tmp_path):
     """A remote executor: no driver in its aeronDir, so it runs its own; control and replay go over UDP."""
     from conftest import free_udp_port
-    from aeron_archive_spark.connector import executor_aeron
+
+    from aeron_archive_spark.archive.client import pool as executor_aeron
 
     control = f"aeron:udp?endpoint=localhost:{free_udp_port()}"
     h = Harness(aeron_dir, str(tmp_path / "archive"), control_channel=control, control_stream_id=7711)

@@ -20,7 +20,8 @@ import pytest
 
 from aeron_archive_spark.archive import SourceLocation
 from aeron_archive_spark.archive.constants import RecordingSignal
-from aeron_archive_spark.connector.options import OptionError
+from aeron_archive_spark.archive.tables.option_table import OptionError
+
 from aeron_archive_spark.connector.sink import faults
 from aeron_archive_spark.connector.sink.batch_map import read_batch_map
 from aeron_archive_spark.connector.sink.committer import close_connections, commit_batch

@@ -7,12 +7,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
+from system.harness import Harness
 
 from aeron_archive_spark.archive import AeronArchive
 from aeron_archive_spark.connector.sink.columns import InputLayout
 from aeron_archive_spark.connector.sink.options import SinkOptions, parse_sink_options
 from aeron_archive_spark.connector.sink.staging import StagedPartition, stage_partition
-from system.harness import Harness
 
 SINK_CHANNEL = "aeron:ipc?term-length=65536"
 LAYOUT = InputLayout(0, 1, ("value", "reservedValue"))

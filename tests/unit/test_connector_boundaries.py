@@ -7,8 +7,8 @@ import random
 import pytest
 
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
-from aeron_archive_spark.connector.options import SourceOptions
-from aeron_archive_spark.connector.source.location import RecordingSource
+from aeron_archive_spark.archive.tables.options import SourceOptions
+from aeron_archive_spark.archive.tables.recording_source import RecordingSource
 from unit.test_connector_decode import INITIAL_TERM_ID, SESSION_ID, STREAM_ID, TERM, Stream, random_stream
 
 

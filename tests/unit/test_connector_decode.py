@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
+from unit.storage_helpers import frame_bytes, pad_header
 
 from aeron_archive_spark.archive.exceptions import ArchiveError
 from aeron_archive_spark.archive.storage.frames import (
@@ -18,17 +19,16 @@ from aeron_archive_spark.archive.storage.frames import (
     compute_term_id_from_position,
     position_bits_to_shift,
 )
-from aeron_archive_spark.connector.source.decode import PartitionDecoder, binary_column
-from aeron_archive_spark.connector.source.partition import AeronArchivePartition, RecordingFacts
-from aeron_archive_spark.connector.source.planning import plan_partitions, split_range
-from aeron_archive_spark.connector.source.schema import FIXED_FIELDS, arrow_schema
-from unit.storage_helpers import frame_bytes, pad_header
+from aeron_archive_spark.archive.tables.decode import RangeDecoder, binary_column
+from aeron_archive_spark.archive.tables.planning import plan_ranges, split_range
+from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts
+from aeron_archive_spark.archive.tables.schema import row_schema
 
 TERM = 64 * 1024
 INITIAL_TERM_ID = 100
 SESSION_ID = 77
 STREAM_ID = 1001
-SCHEMA = arrow_schema(FIXED_FIELDS)
+SCHEMA = row_schema(None)
 
 
 class Stream:
@@ -114,12 +114,12 @@ class Stream:
                 yield memoryview(buffer)[:size], first
 
 
-def partition(stream: Stream, start: int, end: int, limit: int, index: int = 0) -> AeronArchivePartition:
-    return AeronArchivePartition(index, stream.facts(), start, end, limit, "/nowhere", None)
+def partition(stream: Stream, start: int, end: int, limit: int, index: int = 0) -> ReadRange:
+    return ReadRange(index, stream.facts(), start, end, limit, "/nowhere", None)
 
 
-def decode(stream: Stream, p: AeronArchivePartition, chunk: int = 8192, **kw) -> list[tuple[int, bytes, int]]:
-    decoder = PartitionDecoder(p, SCHEMA, min_batch_bytes=1)
+def decode(stream: Stream, p: ReadRange, chunk: int = 8192, **kw) -> list[tuple[int, bytes, int]]:
+    decoder = RangeDecoder(p, SCHEMA, min_batch_bytes=1)
     rows = []
     for batch in decoder.batches(stream.chunks(p.start, p.limit, chunk, **kw)):
         assert batch.schema.equals(SCHEMA)
@@ -162,9 +162,9 @@ def test_split_range_is_a_pure_function_and_covers_the_range_without_overlap():
         assert all(b - a <= max(max_bytes - max_bytes % TERM, TERM) for a, b in pieces)
 
 
-def test_plan_partitions_numbers_partitions_across_recordings_and_carries_the_limit():
+def test_plan_ranges_numbers_ranges_across_recordings_and_carries_the_limit():
     s = Stream()
-    parts = plan_partitions([(s.facts(), 0, 3 * TERM, 3 * TERM + 64), (s.facts(), TERM, 2 * TERM, 2 * TERM)],
+    parts = plan_ranges([(s.facts(), 0, 3 * TERM, 3 * TERM + 64), (s.facts(), TERM, 2 * TERM, 2 * TERM)],
                             TERM, "/a", None)
     assert [p.index for p in parts] == [0, 1, 2, 3]
     assert [(p.start, p.end, p.limit) for p in parts] == [
@@ -252,7 +252,7 @@ def test_a_start_that_is_not_a_frame_boundary_is_an_error_naming_recording_and_p
     s = random_stream(1, 10)
     bad = s.messages[2][0] + 32
     p = partition(s, bad, s.position, s.position)
-    decoder = PartitionDecoder(p, SCHEMA)
+    decoder = RangeDecoder(p, SCHEMA)
     with pytest.raises(ArchiveError, match=rf"recording 5: position {bad} is not the start of a frame"):
         list(decoder.batches([(memoryview(s.buffer)[bad:bad + 4096], bad)]))
 
@@ -270,7 +270,7 @@ def test_data_ending_before_the_partition_end_is_an_error():
     for _ in range(10):
         s.add(b"z" * 100)
     with pytest.raises(ArchiveError, match="recording 5: data ends at position"):
-        decoder = PartitionDecoder(partition(s, 0, s.position, s.position), SCHEMA)
+        decoder = RangeDecoder(partition(s, 0, s.position, s.position), SCHEMA)
         list(decoder.batches(s.chunks(0, s.position - 160, 4096)))
 
 

@@ -4,26 +4,23 @@ from __future__ import annotations
 
 import pytest
 
-from aeron_archive_spark.connector.options import (
-    EARLIEST,
-    LATEST,
-    OPTIONS,
-    ConnectionOptions,
+from aeron_archive_spark.archive.client.connection import ConnectionOptions
+from aeron_archive_spark.archive.tables.option_table import (
     Mode,
     OptionError,
     OptionSpec,
-    SourceOptions,
-    options_table,
+    OptionTable,
     parse_options,
     parse_string,
-    register_option,
 )
+from aeron_archive_spark.archive.tables.options import EARLIEST, LATEST, RECORDING_OPTIONS, SourceOptions
+from aeron_archive_spark.connector.options import OPTIONS, options_table
 
 BASE = {"archivedir": "/tmp/a", "recordingid": "3"}  # Spark lowercases keys
 
 
 def parse(streaming: bool | None = True, **extra: str) -> SourceOptions:
-    return SourceOptions.parse({**BASE, **{k.lower(): v for k, v in extra.items()}}, streaming)
+    return SourceOptions.parse({**BASE, **{k.lower(): v for k, v in extra.items()}}, streaming, OPTIONS)
 
 
 def test_defaults_and_types():
@@ -104,15 +101,26 @@ def test_channel_needs_a_stream_id_and_no_selection_is_an_error():
         SourceOptions.parse({"archivedir": "/a"}, True)
 
 
-def test_spark_path_key_is_ignored_and_table_is_extensible():
+def test_spark_path_key_is_ignored_and_a_write_option_on_a_read_is_named_as_such():
     parse(path="/somewhere")
-    register_option(OptionSpec("testOnlyOption", parse_string, "x", Mode.WRITE, "for this test"))
-    try:
-        parsed = parse_options({"testonlyoption": "y", "recordingid": "1"}, Mode.STREAM_WRITE)
-        assert parsed["testOnlyOption"] == "y" and parsed.is_set("recordingId")
-        with pytest.raises(OptionError, match="option testOnlyOption applies to writes only"):
-            parse(testOnlyOption="y")
-    finally:
-        OPTIONS.pop("testonlyoption")
+    with pytest.raises(OptionError, match="option sinkStateDir applies to writes only"):
+        parse(sinkStateDir="/s")
+    # Without the sink's rows (the Spark-free tools), the same option is simply unknown.
+    with pytest.raises(OptionError, match="unknown option 'sinkstatedir'"):
+        SourceOptions.parse({**BASE, "sinkstatedir": "/s"}, True)
     names = [row[0] for row in options_table(Mode.READ)]
-    assert "maxBytesPerTrigger" in names and "startingPosition" in names
+    assert "maxBytesPerTrigger" in names and "startingPosition" in names and "sinkStateDir" not in names
+
+
+def test_tables_are_immutable_and_extended_only_into_new_tables():
+    before = len(OPTIONS)
+    extended = OPTIONS + [OptionSpec("testOnlyOption", parse_string, "x", Mode.WRITE, "for this test")]
+    assert len(OPTIONS) == before and "testOnlyOption" not in OPTIONS and "testonlyoption" in extended
+    parsed = parse_options({"testonlyoption": "y", "recordingid": "1"}, Mode.STREAM_WRITE, extended)
+    assert parsed["testOnlyOption"] == "y" and parsed.is_set("recordingId")
+    with pytest.raises(TypeError):
+        OPTIONS._rows["x"] = OPTIONS["recordingId"]  # type: ignore[index]
+    with pytest.raises(ValueError, match="option RecordingID is defined twice \\(already as recordingId\\)"):
+        OptionTable([*RECORDING_OPTIONS, OptionSpec("RecordingID", parse_string, None, Mode.ANY, "dup")])
+    # The connector's table is exactly the read rows and the sink's, each once.
+    assert [s.name for s in OPTIONS][: len(RECORDING_OPTIONS)] == [s.name for s in RECORDING_OPTIONS]

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from aeron_archive_spark.archive.codecs.codec import SbeCodec, SchemaError
-from aeron_archive_spark.connector.sbe import (
+from aeron_archive_spark.archive.tables.sbe import (
     MESSAGE_COLUMN,
     UNKNOWN_ENUM,
     ColumnSpec,
@@ -24,8 +24,8 @@ from aeron_archive_spark.connector.sbe import (
     SbeEncoder,
     message_columns,
 )
-from aeron_archive_spark.connector.source.payload import PayloadDecoder
-from aeron_archive_spark.connector.source.sbe_decode import SbeDecoder
+from aeron_archive_spark.archive.tables.payload import PayloadDecoder
+from aeron_archive_spark.archive.tables.sbe.decode import SbeDecoder
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "market_data.xml"
 

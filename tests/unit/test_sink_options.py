@@ -6,10 +6,21 @@ import os
 
 import pyarrow as pa
 import pytest
-from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
-from aeron_archive_spark.connector.options import OptionError
-from aeron_archive_spark.connector.sink.columns import input_layout, staged_schema, to_staged
+from aeron_archive_spark.archive.tables.option_table import OptionError
+from aeron_archive_spark.connector.sink.columns import (
+    input_layout,
+    staged_schema,
+    to_staged,
+)
 from aeron_archive_spark.connector.sink.errors import SinkSchemaError
 from aeron_archive_spark.connector.sink.options import STATE_SUBDIR, parse_sink_options
 
@@ -92,7 +103,7 @@ def test_sbe_columns_are_checked_and_encoded():
                              pa.array([5, 6], pa.int64()), pa.array([7, 8], pa.int64()), pa.array(["BUY", "SELL"]),
                              pa.array([70, 80], pa.int64())], names=list(fields.names))
     staged = to_staged(batch, layout, staged_schema(layout), "partition 0")
-    from aeron_archive_spark.connector.sbe.encode import SbeEncoder
+    from aeron_archive_spark.archive.tables.sbe.encode import SbeEncoder
     expected = SbeEncoder(EXAMPLE_SCHEMA, "Trade", ignore_columns=("reservedValue",)).encode(batch)
     assert staged.column(0).to_pylist() == expected.to_pylist() and len(expected[0].as_py()) == 56
     assert staged.column(1).to_pylist() == [70, 80]

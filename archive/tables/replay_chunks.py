@@ -2,7 +2,7 @@
 
 Used when the options name a running archive and no `archiveDir`. Each partition read, on the executor:
 
-1. takes this process's Aeron client (`aeron_archive_spark.connector.executor_aeron`: the host's media driver, or one embedded driver)
+1. takes this process's Aeron client (`aeron_archive_spark.archive.client.pool`: the host's media driver, or one embedded driver)
    and opens its own control session to the archive (`AeronArchive.connect`);
 2. replays `[start, end + SLACK)` (capped at `limit`) on `replayChannel`/`replayStreamId`. The archive sends
    every frame that *starts* before the replay limit whole, so unfragmented messages never need more. If the
@@ -24,7 +24,7 @@ Channels: with a UDP endpoint of port 0 (the default `aeron:udp?endpoint=localho
 first and its bound port resolved before the replay request (one ephemeral port per read, so only this replay
 arrives there); otherwise (IPC, a fixed port) the subscription is added after the request, filtered with
 `session-id=(int)replaySessionId` so concurrent reads on the same driver never see (or slow down) each other's
-replays. See `aeron_archive_spark.connector.executor_aeron` for remote hosts (`0.0.0.0` endpoints).
+replays. See `aeron_archive_spark.archive.client.pool` for remote hosts (`0.0.0.0` endpoints).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from aeron_archive_spark.archive.channel import ChannelUri, add_session_id
+from aeron_archive_spark.archive.client import pool as executor_aeron
 from aeron_archive_spark.archive.exceptions import ArchiveError
 from aeron_archive_spark.archive.storage.frames import (
     HDR_TYPE_PAD,
@@ -50,14 +51,13 @@ from aeron_archive_spark.archive.storage.frames import (
     scan_frames,
     to_int32,
 )
-from aeron_archive_spark.connector import executor_aeron
-from aeron_archive_spark.connector.source.chunks import CHUNK_LENGTH
+from aeron_archive_spark.archive.tables.chunks import CHUNK_LENGTH
 
 if TYPE_CHECKING:
     from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
+    from aeron_archive_spark.archive.client.connection import ConnectionOptions
     from aeron_archive_spark.archive.native import AeronClient, Image, Subscription
-    from aeron_archive_spark.connector.options import ConnectionOptions
-    from aeron_archive_spark.connector.source.partition import AeronArchivePartition
+    from aeron_archive_spark.archive.tables.ranges import ReadRange
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class ReplayChunkSource:
         self._chunk_length = chunk_length
         self._stall_timeout_s = stall_timeout_s
 
-    def iter_chunks(self, partition: AeronArchivePartition) -> Iterator[tuple[memoryview, int]]:
+    def iter_chunks(self, partition: ReadRange) -> Iterator[tuple[memoryview, int]]:
         connection = partition.connection
         if connection is None:
             raise ValueError(f"partition {partition.index} of recording {partition.recording_id} has no archive "
@@ -103,7 +103,7 @@ class ReplayChunkSource:
 class _ReplayFetch:
     """The state of one partition read: control session, current replay, subscription, chunk buffer."""
 
-    def __init__(self, partition: AeronArchivePartition, connection: ConnectionOptions, chunk_length: int,
+    def __init__(self, partition: ReadRange, connection: ConnectionOptions, chunk_length: int,
                  stall_timeout_s: float | None) -> None:
         self.recording_id = partition.recording_id
         self.session_id = partition.recording.session_id

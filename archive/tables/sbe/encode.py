@@ -9,7 +9,7 @@ API (what the sink calls)::
     encoder.input_columns    # the column names the message takes, in schema order
     encoder.fixed_length     # bytes per message when the message has no var fields, else None
 
-Columns are named and typed as the source decodes them (`aeron_archive_spark.connector.sbe.columns`), so decoded rows can be written
+Columns are named and typed as the source decodes them (`aeron_archive_spark.archive.tables.sbe.columns`), so decoded rows can be written
 back unchanged. Accepted input per field kind: integers (any Arrow integer type, or decimal for uint64; values are
 range-checked), float/double, strings or binaries for char arrays (at most `length` bytes, zero padded; ASCII for
 US-ASCII fields), binaries for byte arrays, enum names (strings) or codes (integers), set bitmasks (integers),
@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aeron_archive_spark.archive.codecs.codec import SbeCodec
-from aeron_archive_spark.connector.sbe.columns import (
+from aeron_archive_spark.archive.tables.sbe.columns import (
     ColumnSpec,
     Kind,
     SbeEncodeError,

@@ -1,9 +1,9 @@
-"""Where a partition's bytes come from: the `ChunkSource` protocol, the disk implementation, and the chooser.
+"""Where a read range's bytes come from: the `ChunkSource` protocol and the disk implementation.
 
-Two implementations yield the same bytes: `DiskChunkSource` reads segment files (`archiveDir`), and
-`aeron_archive_spark.connector.source.replay_fetch.ReplayChunkSource()` runs a bounded replay `[partition.start, partition.limit)`
-through the running archive named by `partition.connection` (no shared disk); `open_chunk_source` chooses.
-The message decoder (`aeron_archive_spark.connector.source.decode`) sees only chunks, so both paths give identical rows.
+Two implementations yield the same bytes: `DiskChunkSource` (here) reads segment files (`archiveDir`), and
+`archive.tables.replay_chunks.ReplayChunkSource` runs a bounded replay `[range.start, range.limit)` through the
+running archive named by `range.connection` (no shared disk); `archive.tables.read.open_chunk_source` chooses.
+The message decoder (`aeron_archive_spark.archive.tables.decode`) sees only chunks, so both paths give identical rows.
 """
 
 from __future__ import annotations
@@ -25,8 +25,11 @@ from aeron_archive_spark.archive.storage.frames import (
     frame_type_at,
     scan_frames,
 )
-from aeron_archive_spark.archive.storage.segments import segment_file_base_position, segment_file_name
-from aeron_archive_spark.connector.source.partition import AeronArchivePartition
+from aeron_archive_spark.archive.storage.segments import (
+    segment_file_base_position,
+    segment_file_name,
+)
+from aeron_archive_spark.archive.tables.ranges import ReadRange
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +59,7 @@ class ChunkSource(Protocol):
     - Errors raise with a message naming the recording id and the position (and the archive for remote reads).
     """
 
-    def iter_chunks(self, partition: AeronArchivePartition) -> Iterator[tuple[memoryview, int]]: ...
+    def iter_chunks(self, partition: ReadRange) -> Iterator[tuple[memoryview, int]]: ...
 
 
 class DiskChunkSource:
@@ -76,11 +79,11 @@ class DiskChunkSource:
     def __init__(self, chunk_length: int = CHUNK_LENGTH) -> None:
         self._chunk_length = chunk_length
 
-    def iter_chunks(self, partition: AeronArchivePartition) -> Iterator[tuple[memoryview, int]]:
+    def iter_chunks(self, partition: ReadRange) -> Iterator[tuple[memoryview, int]]:
         for chunk, position, _ in self.iter_scanned_chunks(partition):
             yield chunk, position
 
-    def iter_scanned_chunks(self, partition: AeronArchivePartition) -> Iterator[tuple[memoryview, int, FrameScan]]:
+    def iter_scanned_chunks(self, partition: ReadRange) -> Iterator[tuple[memoryview, int, FrameScan]]:
         """`(chunk, position, scan)`: `scan` walks exactly `chunk` with `stop_at_padding=False`."""
         if partition.archive_dir is None:
             raise ValueError(f"partition {partition.index} of recording {partition.recording_id} has no archiveDir")
@@ -122,7 +125,7 @@ class DiskChunkSource:
 class _Segment:
     """The open segment file a partition is reading, and read-only mappings of stretches of it."""
 
-    def __init__(self, partition: AeronArchivePartition) -> None:
+    def __init__(self, partition: ReadRange) -> None:
         self._p = partition
         self._fd = -1
         self._base = -1
@@ -178,13 +181,3 @@ class _Segment:
 # mmap/munmap and page-table work than it saves; a window bounds the address space a task uses.
 _WINDOW = 32 * 1024 * 1024
 _SEQUENTIAL = getattr(mmap, "MADV_SEQUENTIAL", None)
-
-
-def open_chunk_source(partition: AeronArchivePartition) -> ChunkSource:
-    """The disk reader for `archiveDir`, else a bounded replay through the running archive."""
-    if partition.archive_dir is not None:
-        return DiskChunkSource()
-    from aeron_archive_spark.connector.source.replay_fetch import ReplayChunkSource
-
-    source: ChunkSource = ReplayChunkSource()
-    return source

@@ -1,13 +1,13 @@
-"""SBE (Simple Binary Encoding) payloads as typed Spark columns, shared by the source and the sink.
+"""SBE (Simple Binary Encoding) payloads as typed Arrow columns, both ways: the source decodes, the sink encodes.
 
 - `columns`: schema fields -> column names and Arrow types, vectorised numpy <-> Arrow conversion.
-- `encode`: `SbeEncoder(schema_path, message).encode(batch) -> pa.BinaryArray` for the sink.
-- The source's decoder is `aeron_archive_spark.connector.source.sbe_decode.SbeDecoder` (the `PayloadDecoder` protocol).
+- `decode`: `SbeDecoder(schema_path, message, on_error)`, the reads' `PayloadDecoder` (Spark source, `export`).
+- `encode`: `SbeEncoder(schema_path, message).encode(batch) -> pa.BinaryArray` for the Spark sink.
 
 Schemas are parsed by `aeron_archive_spark.archive.codecs.codec.SbeCodec` (any SBE schema without repeating groups).
 """
 
-from aeron_archive_spark.connector.sbe.columns import (
+from aeron_archive_spark.archive.tables.sbe.columns import (
     MESSAGE_COLUMN,
     RESERVED_COLUMNS,
     UNKNOWN_ENUM,
@@ -18,7 +18,7 @@ from aeron_archive_spark.connector.sbe.columns import (
     load_codec,
     message_columns,
 )
-from aeron_archive_spark.connector.sbe.encode import SbeEncoder, encode_batch
+from aeron_archive_spark.archive.tables.sbe.encode import SbeEncoder, encode_batch
 
 __all__ = [
     "MESSAGE_COLUMN",

@@ -1,6 +1,6 @@
 """SBE schema fields as Spark columns: names, Arrow types and the vectorised numpy <-> Arrow conversions.
 
-The source's decoder (`aeron_archive_spark.connector.source.sbe_decode`) and the sink's encoder (`aeron_archive_spark.connector.sbe.encode`) share this
+The source's decoder (`aeron_archive_spark.archive.tables.sbe.decode`) and the sink's encoder (`aeron_archive_spark.archive.tables.sbe.encode`) share this
 module, so a row decoded by the source can be written back by the sink unchanged (same names, same types).
 
 Mapping (one column per fixed-block leaf field, in schema order, then one per var-length field):
@@ -31,7 +31,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from aeron_archive_spark.archive.codecs.codec import CodecError, FieldSpec, SbeCodec, SchemaError, VarFieldSpec
+from aeron_archive_spark.archive.codecs.codec import (
+    CodecError,
+    FieldSpec,
+    SbeCodec,
+    SchemaError,
+    VarFieldSpec,
+)
 
 if TYPE_CHECKING:
     from aeron_archive_spark.archive.codecs.codec import MessageSpec

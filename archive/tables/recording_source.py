@@ -26,20 +26,30 @@ from typing import Any
 
 import numpy as np
 
-from aeron_archive_spark.archive.constants import NULL_COUNTER_ID, NULL_POSITION
+from aeron_archive_spark.archive import recording_pos
+from aeron_archive_spark.archive.client.connection import ConnectionOptions
+from aeron_archive_spark.archive.constants import (
+    CATALOG_FILE_NAME,
+    NULL_COUNTER_ID,
+    NULL_POSITION,
+)
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
 from aeron_archive_spark.archive.exceptions import ArchiveError
+from aeron_archive_spark.archive.storage.catalog import Catalog
 from aeron_archive_spark.archive.storage.frames import (
-    END_FRAG_FLAG,
     BEGIN_FRAG_FLAG,
+    END_FRAG_FLAG,
     HDR_TYPE_DATA,
     HDR_TYPE_PAD,
     ScanStop,
     scan_frames,
 )
-from aeron_archive_spark.connector.options import ConnectionOptions, OptionError, SourceOptions
-from aeron_archive_spark.connector.source.chunks import ChunkSource, DiskChunkSource
-from aeron_archive_spark.connector.source.partition import AeronArchivePartition, RecordingFacts
+from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
+from aeron_archive_spark.archive.tables.chunks import ChunkSource, DiskChunkSource
+from aeron_archive_spark.archive.tables.option_table import OptionError
+from aeron_archive_spark.archive.tables.options import SourceOptions
+from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts
+from aeron_archive_spark.archive.tables.replay_chunks import ReplayChunkSource
 
 log = logging.getLogger(__name__)
 
@@ -50,19 +60,6 @@ _TAIL_CHUNK = 1024 * 1024
 
 class RecordingNotFoundError(LookupError):
     """A selected recording does not exist (or no longer exists) at the location."""
-
-
-def facts_of(descriptor: RecordingDescriptor) -> RecordingFacts:
-    return RecordingFacts(
-        recording_id=descriptor.recording_id,
-        start_position=descriptor.start_position,
-        term_length=descriptor.term_buffer_length,
-        segment_length=descriptor.segment_file_length,
-        initial_term_id=descriptor.initial_term_id,
-        session_id=descriptor.session_id,
-        stream_id=descriptor.stream_id,
-        mtu_length=descriptor.mtu_length,
-    )
 
 
 def matches_subscription(descriptor: RecordingDescriptor, channel: str, stream_id: int) -> bool:
@@ -134,9 +131,9 @@ class RecordingSource(ABC):
             log.debug("recording %d: end %d clamped to message boundary %d", rid, raw, safe)
         return safe
 
-    def _partition(self, descriptor: RecordingDescriptor, start: int, end: int, limit: int) -> AeronArchivePartition:
+    def _partition(self, descriptor: RecordingDescriptor, start: int, end: int, limit: int) -> ReadRange:
         archive_dir, connection = self.partition_location()
-        return AeronArchivePartition(-1, facts_of(descriptor), start, end, limit, archive_dir, connection)
+        return ReadRange(-1, RecordingFacts.of(descriptor), start, end, limit, archive_dir, connection)
 
     def _chunks(self, descriptor: RecordingDescriptor, start: int, limit: int) -> Iterator[tuple[memoryview, int]]:
         return self.chunk_source().iter_chunks(self._partition(descriptor, start, limit, limit))
@@ -268,7 +265,7 @@ class _Counters:
 
     def reader(self) -> Any:
         if self._client is None and not self._failed:
-            from aeron_archive_spark.archive.client.aeron_archive import default_aeron_dir
+            from aeron_archive_spark.archive.client.connection import default_aeron_dir
             from aeron_archive_spark.archive.native import AeronClient
 
             directory = self._aeron_dir or default_aeron_dir()
@@ -287,8 +284,6 @@ class _Counters:
 
     def position(self, descriptor: RecordingDescriptor, archive_id: int = -1) -> int | None:
         """The live rec-pos of an active recording, or None if no matching counter is allocated."""
-        from aeron_archive_spark.archive import recording_pos
-
         reader = self.reader()
         if reader is None:
             return None
@@ -320,8 +315,6 @@ class DiskRecordingSource(RecordingSource):
         super().__init__(options)
         assert options.archive_dir is not None
         self.archive_dir = options.archive_dir
-        from aeron_archive_spark.archive.constants import CATALOG_FILE_NAME
-
         if not os.path.isfile(os.path.join(self.archive_dir, CATALOG_FILE_NAME)):
             raise OptionError(f"option archiveDir: no {CATALOG_FILE_NAME} in {self.archive_dir}")
         self._counters = _Counters(options.aeron_dir, required=options.aeron_dir is not None)
@@ -331,9 +324,7 @@ class DiskRecordingSource(RecordingSource):
     def describe(self) -> str:
         return f"archive directory {self.archive_dir} (archiveDir)"
 
-    def _catalog(self) -> Any:
-        from aeron_archive_spark.archive.storage.catalog import Catalog
-
+    def _catalog(self) -> Catalog:
         try:
             return Catalog(self.archive_dir, writable=False)
         except ArchiveError as ex:
@@ -363,8 +354,6 @@ class DiskRecordingSource(RecordingSource):
 
     def _scan_tail(self, descriptor: RecordingDescriptor) -> int:
         """End of the last complete frame, scanning forward from the last known end (or the start)."""
-        from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
-
         rid = descriptor.recording_id
         position = max(self._tail.get(rid, descriptor.start_position), descriptor.start_position)
         buffer = bytearray(_TAIL_CHUNK)
@@ -437,9 +426,7 @@ class RemoteRecordingSource(RecordingSource):
 
     def chunk_source(self) -> ChunkSource:
         if self._chunk_source is None:
-            from aeron_archive_spark.connector.source.replay_fetch import ReplayChunkSource
-
-            self._chunk_source = ReplayChunkSource()
+                self._chunk_source = ReplayChunkSource()
         return self._chunk_source
 
     def partition_location(self) -> tuple[str | None, ConnectionOptions | None]:

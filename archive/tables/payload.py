@@ -1,6 +1,6 @@
 """The hook that turns message payloads into typed columns (`sbeSchema`), beside the raw `value` column.
 
-`aeron_archive_spark.connector.source.sbe_decode.SbeDecoder(schema_path: str, message: str | None, on_error: str)` implements
+`aeron_archive_spark.archive.tables.sbe.decode.SbeDecoder(schema_path: str, message: str | None, on_error: str)` implements
 `PayloadDecoder` for SBE (`sbeSchema`, `sbeMessage`, `sbe.onError` = "fail" | "null"); the source only depends on
 this protocol and on that constructor (see `payload_decoder`).
 """
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
 
-    from aeron_archive_spark.connector.options import SourceOptions
+    from aeron_archive_spark.archive.tables.options import SourceOptions
 
 
 @runtime_checkable
@@ -49,7 +49,7 @@ def payload_decoder(options: SourceOptions) -> PayloadDecoder | None:
     """The decoder the options ask for (`sbeSchema`), or None for raw `value` only."""
     if options.sbe_schema is None:
         return None
-    from aeron_archive_spark.connector.source.sbe_decode import SbeDecoder
+    from aeron_archive_spark.archive.tables.sbe.decode import SbeDecoder
 
     decoder: PayloadDecoder = SbeDecoder(options.sbe_schema, options.sbe_message, options.sbe_on_error)
     return decoder

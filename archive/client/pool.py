@@ -31,7 +31,7 @@ import tempfile
 import threading
 
 from aeron_archive_spark.archive.channel import ChannelUri
-from aeron_archive_spark.archive.client.aeron_archive import default_aeron_dir
+from aeron_archive_spark.archive.client.connection import default_aeron_dir
 from aeron_archive_spark.archive.native import AeronClient, EmbeddedMediaDriver
 
 log = logging.getLogger(__name__)

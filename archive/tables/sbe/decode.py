@@ -7,7 +7,7 @@ per template and per field, whatever the row count:
 1. The message headers are read as one numpy structured array (a strided zero-copy view when every payload has the
    same length and they lie back to back, the common fixed-size case; else one fancy-index gather).
 2. Per template id present in the batch: the fixed blocks are viewed (or gathered) as `SbeCodec.numpy_dtype`
-   records; each field becomes an Arrow array with one conversion (`aeron_archive_spark.connector.sbe.columns`).
+   records; each field becomes an Arrow array with one conversion (`aeron_archive_spark.archive.tables.sbe.columns`).
 3. Var-length fields are walked once per *field* over all rows (length prefix gather, bounds checks, one byte
    gather per field), not once per message. Only text that fails UTF-8/ASCII validation is decoded row by row.
 
@@ -34,8 +34,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from aeron_archive_spark.archive.codecs.codec import CodecError, MessageSpec, SchemaError
-from aeron_archive_spark.connector.sbe.columns import (
+from aeron_archive_spark.archive.codecs.codec import (
+    CodecError,
+    MessageSpec,
+    SchemaError,
+)
+from aeron_archive_spark.archive.tables.sbe.columns import (
     MESSAGE_COLUMN,
     ColumnSpec,
     Kind,

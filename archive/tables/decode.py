@@ -37,9 +37,9 @@ from aeron_archive_spark.archive.storage.frames import (
     position_bits_to_shift,
     scan_frames,
 )
-from aeron_archive_spark.connector.source.chunks import ChunkSource
-from aeron_archive_spark.connector.source.partition import AeronArchivePartition
-from aeron_archive_spark.connector.source.payload import PayloadDecoder
+from aeron_archive_spark.archive.tables.chunks import ChunkSource
+from aeron_archive_spark.archive.tables.payload import PayloadDecoder
+from aeron_archive_spark.archive.tables.ranges import ReadRange
 
 log = logging.getLogger(__name__)
 
@@ -101,11 +101,11 @@ class _Pending:
         self.parts = [first]
 
 
-class PartitionDecoder:
+class RangeDecoder:
     """Turns one partition's chunks into record batches of exactly `schema`."""
 
     def __init__(
-        self, partition: AeronArchivePartition, schema: pa.Schema, payload: PayloadDecoder | None = None,
+        self, partition: ReadRange, schema: pa.Schema, payload: PayloadDecoder | None = None,
         min_batch_bytes: int = MIN_BATCH_BYTES,
     ) -> None:
         self._p = partition
@@ -354,13 +354,13 @@ def _merge(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([column.combine_chunks() for column in table.columns], schema=table.schema)
 
 
-def decode_partition(
-    partition: AeronArchivePartition, source: ChunkSource, schema: pa.Schema, payload: PayloadDecoder | None = None,
+def decode_range(
+    partition: ReadRange, source: ChunkSource, schema: pa.Schema, payload: PayloadDecoder | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Record batches of the messages `partition` owns, read through `source`."""
     scanned = getattr(source, "iter_scanned_chunks", None)
     chunks = scanned(partition) if scanned is not None else source.iter_chunks(partition)
-    decoder = PartitionDecoder(partition, schema, payload)
+    decoder = RangeDecoder(partition, schema, payload)
     yield from decoder.batches(chunks)
     log.debug("recording %d partition %d [%d, %d): %d rows, %d leading fragments skipped", partition.recording_id,
               partition.index, partition.start, partition.end, decoder.rows, decoder.skipped_leading_fragments)

@@ -1,0 +1,68 @@
+"""The unit of work of a read: one recording's messages that begin in `[start, end)`, and the facts it needs.
+
+A `ReadRange` is planned where the catalog or the archive is reachable (the Spark driver, the export tool) and
+read wherever it lands (an executor with no catalog and no archive connection of its own), so it carries every
+descriptor fact and location option its read needs, and it pickles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aeron_archive_spark.archive.client.connection import ConnectionOptions
+from aeron_archive_spark.archive.descriptor import RecordingDescriptor
+
+
+@dataclass(frozen=True, slots=True)
+class RecordingFacts:
+    """The descriptor facts a read needs: segment/term arithmetic, and the sessionId/streamId row columns.
+
+    `session_id` is the descriptor's session id, not the per-frame one: replay rewrites frame session ids and
+    recordings made with record checksums keep a CRC there on disk, so the descriptor value is the only one both
+    read paths can report identically.
+    """
+
+    recording_id: int
+    start_position: int
+    term_length: int
+    segment_length: int
+    initial_term_id: int
+    session_id: int
+    stream_id: int
+    mtu_length: int
+
+    @classmethod
+    def of(cls, descriptor: RecordingDescriptor) -> RecordingFacts:
+        return cls(
+            recording_id=descriptor.recording_id,
+            start_position=descriptor.start_position,
+            term_length=descriptor.term_buffer_length,
+            segment_length=descriptor.segment_file_length,
+            initial_term_id=descriptor.initial_term_id,
+            session_id=descriptor.session_id,
+            stream_id=descriptor.stream_id,
+            mtu_length=descriptor.mtu_length,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRange:
+    """Messages of one recording that BEGIN in `[start, end)`.
+
+    Reading starts at `start` (the batch's start offset, a message boundary, or a term boundary inside the range,
+    which may fall inside a fragmented message: leading continuation fragments are skipped) and runs past `end`
+    only to finish the last message begun before `end`; it never reaches `limit` (the batch's end offset for the
+    recording, always a message boundary). Exactly one of `archive_dir` / `connection` is set.
+    """
+
+    index: int
+    recording: RecordingFacts
+    start: int
+    end: int
+    limit: int
+    archive_dir: str | None
+    connection: ConnectionOptions | None
+
+    @property
+    def recording_id(self) -> int:
+        return self.recording.recording_id
