@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from aeron_archive_spark.archive import recording_pos
+from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
 from aeron_archive_spark.archive.client.connection import ConnectionOptions
 from aeron_archive_spark.archive.constants import (
     CATALOG_FILE_NAME,
@@ -398,7 +399,7 @@ class RemoteRecordingSource(RecordingSource):
     @property
     def archive(self) -> Any:
         if self._archive is None:
-            self._archive = self.connection.connect("aeron-archive-spark-planner")
+            self._archive = _connect_archive(self.connection, "aeron-archive-spark-planner")
         return self._archive
 
     def list_selected(self) -> dict[int, RecordingDescriptor]:
@@ -439,6 +440,28 @@ class RemoteRecordingSource(RecordingSource):
         archive, self._archive = self._archive, None
         if archive is not None:
             archive.close()
+
+
+def _connect_archive(connection: ConnectionOptions, client_name: str) -> AeronArchive:
+    """An AeronArchive client; errors name the control channel, stream and media driver directory."""
+    aeron_dir = connection.resolved_aeron_dir()
+    if not os.path.isdir(aeron_dir):
+        raise OptionError(
+            f"no media driver at aeronDir={aeron_dir}: start one there, set aeronDir (or $AERON_DIR), "
+            "or read segment files directly with archiveDir"
+        )
+    try:
+        return AeronArchive.connect(
+            aeron_dir,
+            connection.control_channel,
+            connection.control_stream_id,
+            connection.control_response_channel,
+            connection.control_response_stream_id,
+            message_timeout_s=connection.message_timeout_ms / 1000.0,
+            client_name=client_name,
+        )
+    except Exception as ex:
+        raise ConnectionError(f"cannot reach the {connection.describe()}: {ex}") from ex
 
 
 def open_recording_source(options: SourceOptions) -> RecordingSource:
