@@ -71,6 +71,15 @@ def read_line(proc: subprocess.Popen, timeout: float) -> str:
 
 @pytest.mark.spark
 def test_quickstart_as_written(tmp_path):
+    run_quickstart(tmp_path, python=sys.executable, serve_cwd=ROOT)
+
+
+def run_quickstart(tmp_path: Path, python: str, serve_cwd: Path, aeron_archive: str | None = None) -> None:
+    """Run the Quickstart's blocks and check what they print and leave behind.
+
+    `python` runs the Python blocks and the final offline listing; the bash block runs in `serve_cwd`, with its
+    `.venv/bin/aeron-archive` replaced by `aeron_archive` when given (an installation elsewhere).
+    """
     blocks = quickstart_blocks()
     assert [lang for lang, _ in blocks] == ["bash", "python", "python", "python"], \
         "the Quickstart's blocks changed: update this test"
@@ -80,7 +89,10 @@ def test_quickstart_as_written(tmp_path):
     # 1. The bash block, from the repository root as the README assumes (`.venv/bin/aeron-archive`).
     [serve_command] = [c for c in blocks[0][1].splitlines() if c.strip() and not c.startswith("#")]
     serve_command = substitute(serve_command, {ARCHIVE_PLACEHOLDER: archive_dir}, used)
-    server = subprocess.Popen(["bash", "-c", f"exec {serve_command}"], cwd=ROOT, stdout=subprocess.PIPE,
+    if aeron_archive is not None:
+        assert serve_command.startswith(".venv/bin/aeron-archive "), serve_command
+        serve_command = aeron_archive + serve_command.removeprefix(".venv/bin/aeron-archive")
+    server = subprocess.Popen(["bash", "-c", f"exec {serve_command}"], cwd=serve_cwd, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     try:
         ready = json.loads(read_line(server, 30))
@@ -101,7 +113,7 @@ def test_quickstart_as_written(tmp_path):
         # must work for a user who did not set it.
         env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
         started = time.monotonic()
-        proc = subprocess.run([sys.executable, str(tmp_path / "quickstart.py")], cwd=tmp_path, env=env,
+        proc = subprocess.run([python, str(tmp_path / "quickstart.py")], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
         print(f"quickstart Python blocks: exit {proc.returncode} after {time.monotonic() - started:.1f}s")
         out = proc.stdout
@@ -130,8 +142,8 @@ def test_quickstart_as_written(tmp_path):
     assert result["sunk"] == [f"tick {i}" for i in range(1000)]
 
     # What the archive holds afterwards (offline): the recorded ticks and the sink's recording.
-    listed = subprocess.run([sys.executable, "-m", "aeron_archive_spark.archive.cli.main", "list", "--dir", archive_dir, "--json"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    listed = subprocess.run([python, "-m", "aeron_archive_spark.archive.cli.main", "list", "--dir", archive_dir,
+                             "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert listed.returncode == 0, listed.stderr
     recordings = {d["streamId"]: d for d in json.loads(listed.stdout)}
     assert set(recordings) == {1001, 3003}
