@@ -19,7 +19,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from examples.test_readme import run_quickstart
 
 ROOT = Path(__file__).resolve().parents[2]
