@@ -53,8 +53,15 @@ REPLAY_STREAM_ID = 103  # Aeron Cluster's replay stream id
 TIMEOUT_S = 10.0
 
 
+_say_lock = threading.Lock()
+
+
 def say(who: str, message: str) -> None:
-    print(f"[{who}] {message}", flush=True)
+    """One whole line per call: print() writes the text and its newline separately, so two threads printing at
+    once could otherwise join their lines."""
+    with _say_lock:
+        sys.stdout.write(f"[{who}] {message}\n")
+        sys.stdout.flush()
 
 
 def wait_until(condition, what: str, timeout: float = TIMEOUT_S):
