@@ -154,7 +154,10 @@ def test_cluster_recovery_replay(replay_channel):
              rf"\[service\] joined the replay at position {log_position}; sending ServiceAck",
              rf"\[consensus\] ServiceAck received \(service at {log_position}\); replaying the log",
              rf"\[consensus\] replayed 500 log entries up to the append position {append_position}$"]
-    indexes = [next(i for i, text in enumerate(out.splitlines()) if re.search(step, text)) for step in steps]
+    lines = out.splitlines()
+    missing = [step for step in steps if not any(re.search(step, text) for text in lines)]
+    assert not missing, f"protocol steps not printed: {missing}\n--- stdout ---\n{out}"
+    indexes = [next(i for i, text in enumerate(lines) if re.search(step, text)) for step in steps]
     assert indexes == sorted(indexes), out
     assert line(rf"\[service\] processed 500 log entries up to position {append_position}$", out)
     assert line(rf"both subscribers saw the same 500 entries at the same positions: 'log entry 300' at "
