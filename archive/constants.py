@@ -68,6 +68,15 @@ ARCHIVE_RECORDING_SESSION_COUNT_TYPE_ID = 111
 ARCHIVE_REPLAY_SESSION_COUNT_TYPE_ID = 112
 ARCHIVE_CONTROL_SESSION_TYPE_ID = 113
 
+# Counter metadata records (aeronc.h AERON_COUNTER_*): record states, and the key / label areas of a record (key: two
+# cache lines minus state, type id and free-for-reuse deadline; label: six lines minus its length field). Defined
+# here, the lowest layer, because both the FFI (`native`) and `recording_pos` need them.
+COUNTER_RECORD_UNUSED = 0
+COUNTER_RECORD_ALLOCATED = 1
+COUNTER_RECORD_RECLAIMED = -1
+COUNTER_MAX_KEY_LENGTH = 112
+COUNTER_MAX_LABEL_LENGTH = 380
+
 
 class SourceLocation(IntEnum):
     LOCAL = 0

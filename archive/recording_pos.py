@@ -7,14 +7,15 @@ sourceIdentity ASCII @16, archiveId i64 @16+L. Java clients find our counters wi
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Protocol
 
 from aeron_archive_spark.archive.constants import ARCHIVE_RECORDING_POSITION_TYPE_ID, NULL_COUNTER_ID, NULL_VALUE
+from aeron_archive_spark.archive.constants import COUNTER_MAX_KEY_LENGTH as MAX_KEY_LENGTH
+from aeron_archive_spark.archive.constants import COUNTER_MAX_LABEL_LENGTH as MAX_LABEL_LENGTH
+from aeron_archive_spark.archive.constants import COUNTER_RECORD_ALLOCATED as RECORD_ALLOCATED
 
-MAX_KEY_LENGTH = 112
-MAX_LABEL_LENGTH = 380
 MAX_SOURCE_IDENTITY_LENGTH = MAX_KEY_LENGTH - 16 - 8  # 88
-RECORD_ALLOCATED = 1
 
 _HEAD = struct.Struct("<qii")
 
@@ -49,7 +50,7 @@ def label(recording_id: int, session_id: int, stream_id: int, stripped_channel: 
     return head + stripped_channel[:max(0, room)] + tail
 
 
-def _scan(reader: CountersReaderLike, match) -> int:
+def _scan(reader: CountersReaderLike, match: Callable[[tuple[int, int, str, int]], bool]) -> int:
     for counter_id in reader.find_by_type(ARCHIVE_RECORDING_POSITION_TYPE_ID):
         if match(decode_key(reader.key(counter_id))):
             return counter_id

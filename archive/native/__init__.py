@@ -1,42 +1,40 @@
 """The one FFI module over the Aeron C API: cffi ABI-mode bindings to pyaeron's extension plus thin wrappers.
 
-See docs/architecture.md ("aeron_archive_spark.archive.native") for the contract. Hot paths (block poll, offer_block) move whole
-blocks through zero-copy memoryviews; everything else returns promptly or raises NativeAeronError.
+See docs/architecture.md ("aeron_archive_spark.archive.native") for the contract. Hot paths (block poll,
+offer_block) move whole blocks through zero-copy memoryviews; everything else returns promptly or raises
+NativeAeronError.
+
+Import from this package; its modules are, lowest first: `ffi` (C declarations, result codes, errors), `callbacks`
+(cffi trampolines), `handles` (the locked native-side owners of C pointers and their closed check), one module per
+wrapped type (`subscription` with `Image`, `publications`, `counters`), `client` (AeronClient, which adds them all)
+and `driver` (the embedded media driver).
 """
 
-from .aeron import (
+from ..constants import (
+    COUNTER_MAX_KEY_LENGTH,
+    COUNTER_MAX_LABEL_LENGTH,
+    COUNTER_RECORD_ALLOCATED,
+    COUNTER_RECORD_RECLAIMED,
+    COUNTER_RECORD_UNUSED,
+)
+from .callbacks import BlockHandler, ControlledAction, FragmentHandler, HeaderValues
+from .client import AeronClient
+from .counters import Counter, CounterInfo, CountersReader
+from .driver import EmbeddedMediaDriver
+from .ffi import (
     ADMIN_ACTION,
     BACK_PRESSURED,
     MAX_POSITION_EXCEEDED,
     NOT_CONNECTED,
     PUBLICATION_CLOSED,
     PUBLICATION_ERROR,
-    AeronClient,
-    BlockHandler,
-    ControlledAction,
-    Counter,
-    CounterInfo,
-    CountersReader,
-    ExclusivePublication,
-    FragmentHandler,
-    HeaderValues,
-    Image,
-    ImageHandler,
-    Publication,
-    Subscription,
-)
-from .driver import EmbeddedMediaDriver
-from .ffi import (
-    COUNTER_MAX_KEY_LENGTH,
-    COUNTER_MAX_LABEL_LENGTH,
-    COUNTER_RECORD_ALLOCATED,
-    COUNTER_RECORD_RECLAIMED,
-    COUNTER_RECORD_UNUSED,
     NativeAeronError,
     ffi,
     get_lib,
     version,
 )
+from .publications import ExclusivePublication, Publication
+from .subscription import Image, ImageHandler, Subscription
 
 __all__ = [
     "ADMIN_ACTION",

@@ -114,4 +114,3 @@ class EmbeddedMediaDriver:
             self._closed = True
         self._driver.close()
         logger.debug("embedded media driver in %s closed", self._aeron_dir)
-

@@ -2,8 +2,8 @@
 
 pyaeron's Python API has no block poll, offer_block or counters, but its extension module links the whole Aeron C
 client and exports every `aeron_*` symbol. We `dlopen` that already-loaded module (so there is exactly one copy of
-the C client in the process) and declare only what `aeron_archive_spark.archive.native` uses. Layouts follow aeronc.h; structs under
-`#pragma pack(4)` there are declared with `pack=4` here.
+the C client in the process) and declare only what `aeron_archive_spark.archive.native` uses. Layouts follow
+aeronc.h; structs under `#pragma pack(4)` there are declared with `pack=4` here.
 
 `ffi` is created at import (declarations are cheap); `lib` is opened lazily by `get_lib()` so that importing this
 module never fails just because pyaeron is missing.
@@ -24,14 +24,8 @@ PUBLICATION_CLOSED = -4
 MAX_POSITION_EXCEEDED = -5
 PUBLICATION_ERROR = -6
 
-# Counter record states (aeronc.h AERON_COUNTER_RECORD_*).
-COUNTER_RECORD_UNUSED = 0
-COUNTER_RECORD_ALLOCATED = 1
-COUNTER_RECORD_RECLAIMED = -1
-
-# Counter metadata sizes: key is 2 cache lines minus state, type id and free-for-reuse deadline; label 6 lines - 4.
-COUNTER_MAX_KEY_LENGTH = 112
-COUNTER_MAX_LABEL_LENGTH = 380
+# Counter record states and key / label sizes (aeronc.h AERON_COUNTER_*) are in archive/constants.py, shared with
+# recording_pos.
 
 # aeron_controlled_fragment_handler_action_t.
 ACTION_ABORT = 1

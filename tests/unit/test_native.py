@@ -1,4 +1,7 @@
-"""aeron_archive_spark.archive.native against a real embedded C media driver: no mocks, every wait bounded by a deadline."""
+"""aeron_archive_spark.archive.native against a real embedded C media driver.
+
+No mocks; every wait is bounded by a deadline.
+"""
 
 from __future__ import annotations
 
@@ -608,6 +611,72 @@ def test_closing_twice_is_safe_and_closed_objects_are_inert(driver: EmbeddedMedi
         reader.get(0)
     with pytest.raises(NativeAeronError, match="closed"):
         aeron.next_correlation_id()
+
+
+def test_every_wrapped_type_after_close_raises_naming_it_or_answers_its_closed_value(
+    driver: EmbeddedMediaDriver, stream_id: int
+) -> None:
+    aeron = AeronClient(driver.aeron_dir, client_name="closed-checks")
+    subscription = aeron.add_subscription("aeron:ipc", stream_id)
+    exclusive = aeron.add_exclusive_publication("aeron:ipc", stream_id)
+    concurrent = aeron.add_publication("aeron:ipc", stream_id)
+    image = connected_image(subscription, exclusive.session_id)
+    reader = aeron.counters_reader
+    counter = aeron.add_counter(1001, b"", "closed-checks counter")
+    counter_id = counter.counter_id
+    assert reader.get(counter_id) == counter.get() == 0
+
+    # Counters have no value that could stand for "closed": they raise, naming the counter.
+    counter.close()
+    for closed_counter_call in (counter.get, lambda: counter.set(1)):
+        with pytest.raises(NativeAeronError, match=f"^counter {counter_id} is closed$"):
+            closed_counter_call()
+
+    aeron.close()
+    client_closed = "^" + re.escape("Aeron client 'closed-checks' is closed") + "$"
+    client_calls: list[Callable[[], object]] = [
+        aeron.next_correlation_id,
+        lambda: aeron.add_subscription("aeron:ipc", stream_id),
+        lambda: aeron.add_publication("aeron:ipc", stream_id),
+        lambda: aeron.add_exclusive_publication("aeron:ipc", stream_id),
+        lambda: aeron.add_counter(1001, b"", "too late"),
+        lambda: reader.get(0),
+        lambda: reader.state(0),
+        lambda: reader.type_id(0),
+        lambda: reader.registration_id(0),
+        lambda: reader.owner_id(0),
+        lambda: reader.reference_id(0),
+        lambda: reader.key(0),
+        lambda: reader.label(0),
+        lambda: list(reader.counters()),
+        lambda: reader.find_by_type(1001),
+        lambda: reader.find_by_type_and_registration_id(1001, 0),
+    ]
+    for client_call in client_calls:
+        with pytest.raises(NativeAeronError, match=client_closed):
+            client_call()
+    for closed_counter_call in (counter.get, lambda: counter.set(1)):
+        with pytest.raises(NativeAeronError, match=f"^counter {counter_id} is closed$"):
+            closed_counter_call()
+    assert aeron.is_closed and counter.is_closed
+
+    # Stream objects answer the values the C API gives for closed objects.
+    assert subscription.is_closed and not subscription.is_connected
+    assert subscription.image_count == 0 and subscription.channel_status == 0
+    assert subscription.images() == [] and subscription.image_by_session_id(exclusive.session_id) is None
+    assert subscription.try_resolve_channel_endpoint_port() is None
+    assert subscription.poll(lambda d, h: pytest.fail("closed"), 10) == 0
+    assert subscription.block_poll(lambda b, s, t: pytest.fail("closed"), 1024) == 0
+    assert image.is_closed and image.active_transport_count == 0 and not image.is_publication_revoked
+    assert image.poll(lambda d, h: pytest.fail("closed"), 10) == 0
+    assert image.block_poll(lambda b, s, t: pytest.fail("closed"), 1024) == 0
+    for publication in (exclusive, concurrent):
+        assert publication.is_closed and not publication.is_connected and publication.channel_status == 0
+        assert publication.position == publication.position_limit == PUBLICATION_CLOSED
+        assert publication.available_window == PUBLICATION_CLOSED
+        assert publication.offer(b"x") == publication.offer(b"x", reserved_value=7) == PUBLICATION_CLOSED
+    assert exclusive.offer_block(bytes(HEADER_LENGTH)) == PUBLICATION_CLOSED
+    assert exclusive.append_padding(HEADER_LENGTH) == PUBLICATION_CLOSED
 
 
 def test_bad_channels_raise_with_a_clear_message(client: AeronClient, stream_id: int) -> None:

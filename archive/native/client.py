@@ -1,0 +1,255 @@
+"""`AeronClient`: one Aeron C client (aeron_t) connected to a media driver, and the synchronous adds made through it.
+
+The C API adds asynchronously (start, then poll until the driver answers); every add here waits for the answer,
+bounded by the driver timeout, so callers get a ready object or a NativeAeronError naming what was being added.
+The client owns everything added through it: closing it (explicitly, at garbage collection or at interpreter
+exit) closes them all first. This module imports the wrapper modules; none of them imports it back, they only
+know the client's handle (`handles.ClientNative`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from ..constants import COUNTER_MAX_KEY_LENGTH, COUNTER_MAX_LABEL_LENGTH
+from .callbacks import AVAILABLE_IMAGE_CB, ERROR_CB, UNAVAILABLE_IMAGE_CB
+from .counters import Counter, CounterNative, CountersReader
+from .ffi import NativeAeronError, ffi, get_lib, last_error
+from .handles import POLL_INTERVAL_S, ClientNative, HandleAttribute, HandleQuery, NativeWrapper
+from .publications import ExclusivePublication, ExclusivePublicationNative, Publication, PublicationNative
+from .subscription import ImageHandler, Subscription, SubscriptionNative
+
+__all__ = ["DEFAULT_IDLE_SLEEP_NS", "IDLE_SLEEP_ENV", "AeronClient"]
+
+logger = logging.getLogger(__name__)
+
+IDLE_SLEEP_ENV = "AERON_CLIENT_IDLE_SLEEP_DURATION"
+DEFAULT_IDLE_SLEEP_NS = 1_000_000
+_ADD_TIMEOUT_MARGIN_S = 2.0
+_context_env_lock = threading.Lock()
+
+
+class _AddTimedOut(NativeAeronError):
+    """An async add got no answer in time; the C conductor may still complete the registration later."""
+
+
+class AeronClient(NativeWrapper[ClientNative]):
+    """An Aeron C client (aeron_t) connected to a media driver; owns everything added through it.
+
+    `close()` closes all subscriptions, images, publications and counters created through this client and then the
+    client itself; it is idempotent and also runs at garbage collection / interpreter exit. Adds are synchronous
+    and bounded by `driver_timeout_ms`. `idle_sleep_duration_ns` sets the client conductor's idle sleep (lower
+    means faster adds and image notifications at the cost of wake-ups); it defaults to 1 ms rather than the C
+    client's 16 ms, because every synchronous add waits for the conductor at least twice. The C client only reads
+    it from `AERON_CLIENT_IDLE_SLEEP_DURATION` while the context is created, so it is set there (under a lock,
+    restored afterwards) unless the user set that variable.
+    """
+
+    def __init__(
+        self,
+        aeron_dir: str,
+        client_name: str = "aeron-archive-py",
+        driver_timeout_ms: int = 10_000,
+        *,
+        idle_sleep_duration_ns: int | None = DEFAULT_IDLE_SLEEP_NS,
+    ) -> None:
+        lib = get_lib()
+        native = ClientNative(client_name, str(aeron_dir), int(driver_timeout_ms))
+        super().__init__(native)
+        self._finalizer = weakref.finalize(self, native.close)
+        context = ffi.new("aeron_context_t **")
+        with _context_env_lock:
+            override = None
+            if idle_sleep_duration_ns is not None and IDLE_SLEEP_ENV not in os.environ:
+                override = os.environ[IDLE_SLEEP_ENV] = f"{int(idle_sleep_duration_ns)}ns"
+            try:
+                initialised = lib.aeron_context_init(context)
+            finally:
+                if override is not None:
+                    del os.environ[IDLE_SLEEP_ENV]
+        if initialised < 0:
+            raise last_error("aeron_context_init")
+        native.context = context[0]
+        try:
+            ctx = native.context
+            if lib.aeron_context_set_dir(ctx, native.aeron_dir.encode()) < 0:
+                raise last_error(f"aeron_context_set_dir({native.aeron_dir!r})")
+            if lib.aeron_context_set_client_name(ctx, client_name.encode()) < 0:
+                raise last_error(f"aeron_context_set_client_name({client_name!r})")
+            if lib.aeron_context_set_driver_timeout_ms(ctx, native.driver_timeout_ms) < 0:
+                raise last_error("aeron_context_set_driver_timeout_ms")
+            if lib.aeron_context_set_error_handler(ctx, ERROR_CB, native.handle) < 0:
+                raise last_error("aeron_context_set_error_handler")
+            aeron = ffi.new("aeron_t **")
+            if lib.aeron_init(aeron, ctx) < 0:
+                raise last_error(f"aeron_init(aeron_dir={native.aeron_dir!r})")
+            native.ptr = aeron[0]
+            if lib.aeron_start(native.ptr) < 0:
+                raise last_error(f"aeron_start(aeron_dir={native.aeron_dir!r})")
+            native.reader = lib.aeron_counters_reader(native.ptr)
+        except BaseException:
+            self.close()
+            raise
+        native.client_id = int(lib.aeron_client_id(native.ptr))
+        self._counters_reader = CountersReader(native)
+        logger.debug("Aeron client %r connected to %s (client id %d)", client_name, native.aeron_dir, native.client_id)
+
+    aeron_dir = HandleAttribute[str]()
+    client_name = HandleAttribute[str]()
+    driver_timeout_ms = HandleAttribute[int]()
+    client_id = HandleAttribute[int]()
+    is_closed = HandleQuery(
+        bool, closed=True, doc="True once closed here, or when the C client closed itself (driver or client timeout)."
+    )
+
+    def __repr__(self) -> str:
+        n = self._n
+        state = "closed" if n.closed else f"client_id={n.client_id}"
+        return f"AeronClient({n.client_name!r}, {n.aeron_dir!r}, {state})"
+
+    def close(self) -> None:
+        """Close everything created through this client, then the client; safe to call more than once."""
+        self._finalizer()
+
+    @property
+    def counters_reader(self) -> CountersReader:
+        return self._counters_reader
+
+    def next_correlation_id(self) -> int:
+        """A correlation id unique across all clients of the driver (shared counter in the CnC file)."""
+        with self._n.open() as aeron:
+            value = int(get_lib().aeron_next_correlation_id(aeron))
+        if value < 0:
+            raise NativeAeronError("aeron_next_correlation_id failed")
+        return value
+
+    # Adds ------------------------------------------------------------------------------------------------------------
+
+    def _add(self, what: str, kind: str, start: Callable[[Any, Any], int]) -> Any:
+        """Start an async add with `start(async_out, aeron)` and wait for the C pointer of the added `kind`.
+
+        `kind` names the C API family: aeron_async_add_<kind>_t, aeron_async_add_<kind>_poll, aeron_<kind>_t.
+        """
+        lib = get_lib()
+        async_ptr = ffi.new(f"aeron_async_add_{kind}_t **")
+        with self._n.open() as aeron:
+            if start(async_ptr, aeron) < 0:
+                raise last_error(what)
+        return self._await(
+            what, getattr(lib, f"aeron_async_add_{kind}_poll"), ffi.new(f"aeron_{kind}_t **"), async_ptr[0]
+        )
+
+    def _await(self, what: str, poll: Callable[[Any, Any], int], out: Any, async_ptr: Any) -> Any:
+        """Poll an async add until done; the conductor itself fails it after the driver timeout."""
+        timeout_ms = self._n.driver_timeout_ms
+        deadline = time.monotonic() + timeout_ms / 1000.0 + _ADD_TIMEOUT_MARGIN_S
+        while True:
+            with self._n.open():
+                rc = poll(out, async_ptr)
+                if rc < 0:
+                    raise last_error(what)
+            if rc > 0:
+                return out[0]
+            if time.monotonic() > deadline:
+                raise _AddTimedOut(f"{what}: no response from the media driver in {timeout_ms} ms")
+            time.sleep(POLL_INTERVAL_S)
+
+    def add_subscription(
+        self,
+        channel: str,
+        stream_id: int,
+        on_available_image: ImageHandler | None = None,
+        on_unavailable_image: ImageHandler | None = None,
+    ) -> Subscription:
+        """Add a subscription and wait for the driver to confirm it.
+
+        The image callbacks run on the C client's conductor thread: keep them short (queue the image). An Image
+        passed to `on_available_image` holds a reference on the C image until it is closed or collected.
+        """
+        lib = get_lib()
+        client = self._n
+        what = f"add_subscription(channel={channel!r}, stream_id={stream_id})"
+        native = SubscriptionNative(client, channel, stream_id, on_available_image, on_unavailable_image)
+
+        def start(async_ptr: Any, aeron: Any) -> int:
+            client.closing[id(native)] = native  # keep the callback handle alive from when the conductor may call
+            return int(
+                lib.aeron_async_add_subscription(
+                    async_ptr,
+                    aeron,
+                    channel.encode(),
+                    int(stream_id),
+                    AVAILABLE_IMAGE_CB,
+                    native.handle,
+                    UNAVAILABLE_IMAGE_CB,
+                    native.handle,
+                )
+            )
+
+        try:
+            ptr = self._add(what, "subscription", start)
+        except BaseException as exc:
+            with native.images_lock:
+                native.closed = True
+            if not isinstance(exc, _AddTimedOut):
+                # The registration failed for good, so no callback can come; a late registration after a timeout
+                # still could, so then the handle stays alive until the client closes.
+                client.closing.pop(id(native), None)
+            native.close_images()
+            raise
+        constants = ffi.new("aeron_subscription_constants_t *")
+        lib.aeron_subscription_constants(ptr, constants)
+        native.registration_id = int(constants.registration_id)
+        with client.lock:
+            native.ptr = ptr
+            client.closing.pop(id(native), None)
+            client.children[id(native)] = native
+            if client.closed:
+                native.close()
+                raise NativeAeronError(f"{what}: client closed while adding")
+        return Subscription(native)
+
+    def add_exclusive_publication(self, channel: str, stream_id: int) -> ExclusivePublication:
+        """Add an exclusive (single-writer) publication; supports offer_block / append_padding."""
+        return ExclusivePublication(self._add_publication(ExclusivePublicationNative, channel, stream_id))
+
+    def add_publication(self, channel: str, stream_id: int) -> Publication:
+        """Add a concurrent publication (shared by all adders of the same channel/stream in this client)."""
+        return Publication(self._add_publication(PublicationNative, channel, stream_id))
+
+    def _add_publication[P: PublicationNative](self, native_type: type[P], channel: str, stream_id: int) -> P:
+        kind = native_type.KIND
+        add = getattr(get_lib(), f"aeron_async_add_{kind}")
+        ptr = self._add(
+            f"add_{kind}(channel={channel!r}, stream_id={stream_id})",
+            kind,
+            lambda async_ptr, aeron: int(add(async_ptr, aeron, channel.encode(), stream_id)),
+        )
+        return self._n.adopt(native_type(self._n, ptr, channel, stream_id))
+
+    def add_counter(self, type_id: int, key: bytes, label: str) -> Counter:
+        """Allocate a counter in the driver's CnC file; visible to every client through its CountersReader."""
+        lib = get_lib()
+        key_bytes = bytes(key)
+        label_bytes = label.encode("utf-8")
+        if len(key_bytes) > COUNTER_MAX_KEY_LENGTH:
+            raise ValueError(f"counter key is {len(key_bytes)} bytes, max {COUNTER_MAX_KEY_LENGTH}")
+        if len(label_bytes) > COUNTER_MAX_LABEL_LENGTH:
+            raise ValueError(f"counter label is {len(label_bytes)} bytes, max {COUNTER_MAX_LABEL_LENGTH}")
+        key_buffer = ffi.from_buffer("uint8_t[]", key_bytes) if key_bytes else ffi.NULL
+        ptr = self._add(
+            f"add_counter(type_id={type_id}, label={label!r})",
+            "counter",
+            lambda async_ptr, aeron: int(
+                lib.aeron_async_add_counter(
+                    async_ptr, aeron, int(type_id), key_buffer, len(key_bytes), label_bytes, len(label_bytes)
+                )
+            ),
+        )
+        return Counter(self._n.adopt(CounterNative(self._n, ptr)))
