@@ -43,19 +43,24 @@ class Agent(ABC):
     """Runs `do_work` on a dedicated thread until closed; an exception is reported, counted, and survived."""
 
     def __init__(self, name: str, error_handler: Callable[[BaseException], None],
-                 idle: BackoffIdleStrategy | None = None) -> None:
+                 idle: BackoffIdleStrategy | None = None,
+                 nano_clock: Callable[[], int] = time.monotonic_ns) -> None:
         self.name = name
         self._error_handler = error_handler
         self._idle = idle or BackoffIdleStrategy()
+        self._nano_clock = nano_clock
         self._running = threading.Event()
         self._thread: threading.Thread | None = None
         self.max_cycle_time_ns = 0
 
     @abstractmethod
-    def do_work(self) -> int:
-        """One duty cycle; return the work done so the idle strategy can back off when there is none."""
+    def do_work(self, now_ns: int) -> int:
+        """One duty cycle at time `now_ns`; return the work done so the idle strategy can back off when there is none.
 
-    def on_close(self) -> None:
+        `now_ns` is read from the agent's clock once per cycle and handed down to every session the agent runs.
+        """
+
+    def on_close(self) -> None:  # noqa: B027 - an optional hook, deliberately not abstract
         """Release what the agent owns; runs on the agent thread after the loop ends."""
 
     def start(self) -> None:
@@ -66,17 +71,16 @@ class Agent(ABC):
     def _run(self) -> None:
         log.debug("%s started", self.name)
         try:
+            clock = self._nano_clock
             while self._running.is_set():
-                start = time.perf_counter_ns()
+                now_ns = clock()
                 try:
-                    work = self.do_work()
+                    work = self.do_work(now_ns)
                 except Exception as ex:  # an agent must survive a failing session
                     log.exception("%s: error in duty cycle", self.name)
                     self._error_handler(ex)
                     work = 1
-                elapsed = time.perf_counter_ns() - start
-                if elapsed > self.max_cycle_time_ns:
-                    self.max_cycle_time_ns = elapsed
+                self.max_cycle_time_ns = max(self.max_cycle_time_ns, clock() - now_ns)
                 self._idle.idle(work)
         finally:
             try:
@@ -102,8 +106,9 @@ class SessionWorker(Agent):
     """
 
     def __init__(self, name: str, error_handler: Callable[[BaseException], None],
-                 on_session_done: Callable[[Session], None]) -> None:
-        super().__init__(name, error_handler)
+                 on_session_done: Callable[[Session], None],
+                 nano_clock: Callable[[], int] = time.monotonic_ns) -> None:
+        super().__init__(name, error_handler, nano_clock=nano_clock)
         self._sessions: list[Session] = []
         self._incoming: queue.SimpleQueue[Session] = queue.SimpleQueue()
         self._on_session_done = on_session_done
@@ -111,7 +116,7 @@ class SessionWorker(Agent):
     def add_session(self, session: Session) -> None:
         self._incoming.put(session)
 
-    def do_work(self) -> int:
+    def do_work(self, now_ns: int) -> int:
         work = 0
         while True:
             try:
@@ -122,8 +127,8 @@ class SessionWorker(Agent):
         done: list[Session] = []
         for session in self._sessions:
             try:
-                work += session.do_work()
-            except Exception as ex:
+                work += session.do_work(now_ns)
+            except Exception as ex:  # one failing session must not stop the others
                 self._error_handler(ex)
                 session.abort(str(ex))
                 work += 1
@@ -146,8 +151,8 @@ class SessionWorker(Agent):
                 if session.is_done():
                     break
                 try:
-                    session.do_work()
-                except Exception as ex:
+                    session.do_work(self._nano_clock())
+                except Exception as ex:  # keep closing the remaining sessions
                     self._error_handler(ex)
                     break
             self._on_session_done(session)

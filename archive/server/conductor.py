@@ -4,6 +4,10 @@ It owns the catalog, the control sessions, the recording subscriptions, the repl
 task queue through which the recorder, the replayer and Aeron's image callbacks hand work back. Every request
 is validated here, in Aeron's order, and answered with Aeron's error codes and a message naming the recording,
 position or parameter at fault.
+
+The conductor is what `ConductorPort` (for control sessions) and `ControlSessionHost` (for the control session
+adapter) describe; those sessions import the protocols, never this module. Time is read once per duty cycle from
+the context's `nano_clock` and handed to every session's `do_work`; wall-clock timestamps come from `epoch_clock`.
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ import logging
 import queue
 import random
 import shutil
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -27,6 +30,7 @@ from aeron_archive_spark.archive.channel import (
 )
 from aeron_archive_spark.archive.constants import (
     ARCHIVE_RECORDING_POSITION_TYPE_ID,
+    COUNTER_RECORD_ALLOCATED,
     NULL_POSITION,
     REPLAY_ALL_AND_FOLLOW,
     REPLAY_ALL_AND_STOP,
@@ -37,28 +41,35 @@ from aeron_archive_spark.archive.constants import (
 )
 from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
 from aeron_archive_spark.archive.server.agent import Agent, SessionWorker
+from aeron_archive_spark.archive.server.conductor_port import ControlClient
 from aeron_archive_spark.archive.server.control_session import ControlSession
 from aeron_archive_spark.archive.server.control_session_adapter import ControlSessionAdapter
 from aeron_archive_spark.archive.server.counters import ArchiveCounters, WorkerTotals
 from aeron_archive_spark.archive.server.delete_segments_session import DeleteSegmentsSession
+from aeron_archive_spark.archive.server.list_recording_subscriptions_session import (
+    ListRecordingSubscriptionsSession,
+    SubscriptionDescriptor,
+)
 from aeron_archive_spark.archive.server.list_recordings_session import ListRecordingsSession, uri_filter
 from aeron_archive_spark.archive.server.recording_events_proxy import RecordingEventsProxy
 from aeron_archive_spark.archive.server.recording_session import RecordingSession
 from aeron_archive_spark.archive.server.replay_session import LimitCounter, ReplaySession
+from aeron_archive_spark.archive.server.session import Session
 from aeron_archive_spark.archive.storage import segments
 from aeron_archive_spark.archive.storage.catalog import Catalog
 from aeron_archive_spark.archive.storage.checksums import Checksum, checksum_for_name
+from aeron_archive_spark.archive.storage.frames import FRAME_ALIGNMENT
 from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
 from aeron_archive_spark.archive.storage.recording_writer import RecordingWriter
 
 if TYPE_CHECKING:
     from aeron_archive_spark.archive.descriptor import RecordingDescriptor
-    from aeron_archive_spark.archive.native import AeronClient, Image, Subscription
+    from aeron_archive_spark.archive.native import AeronClient, Counter, ExclusivePublication, Image, Subscription
     from aeron_archive_spark.archive.server.context import ArchiveContext
 
 log = logging.getLogger(__name__)
 
-FRAME_ALIGNMENT = 32
+type Listing = ListRecordingsSession | ListRecordingSubscriptionsSession
 
 
 @dataclass
@@ -85,13 +96,14 @@ class RecordingSubscription:
 
 class ArchiveConductor(Agent):
     def __init__(self, ctx: ArchiveContext, aeron: AeronClient, catalog: Catalog, archive_id: int) -> None:
-        super().__init__("archive-conductor", self._on_agent_error)
+        super().__init__("archive-conductor", self._on_agent_error, nano_clock=ctx.nano_clock)
         self.ctx = ctx
         self.aeron = aeron
         self.catalog = catalog
         self.archive_id = archive_id
         self.counters = ArchiveCounters(aeron, archive_id)
         self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._now_ns = ctx.nano_clock()  # this duty cycle's time, for sessions created by its requests
         self._control_sessions: dict[int, ControlSession] = {}
         self._next_control_session_id = random.randint(1, 1 << 30)
         self._subscriptions: dict[str, RecordingSubscription] = {}
@@ -99,7 +111,7 @@ class ArchiveConductor(Agent):
         self._recording_entries: dict[int, RecordingSubscription] = {}  # their subscriptions, even once stopping
         self._replays: dict[int, ReplaySession] = {}
         self._delete_sessions: dict[int, DeleteSegmentsSession] = {}
-        self._listings: list[ListRecordingsSession] = []
+        self._listings: list[Listing] = []
         self._replay_id = 1
         self._record_checksum: Checksum | None = checksum_for_name(ctx.record_checksum) \
             if ctx.record_checksum else None
@@ -107,10 +119,10 @@ class ArchiveConductor(Agent):
             if ctx.replay_checksum else None
         self.recorder_totals = WorkerTotals()
         self.replayer_totals = WorkerTotals()
-        self.recorder = SessionWorker("archive-recorder", self._on_agent_error,
-                                      lambda s: self._tasks.put(lambda: self._close_recording_session(s)))
-        self.replayer = SessionWorker("archive-replayer", self._on_agent_error,
-                                      lambda s: self._tasks.put(lambda: self._close_replay_session(s)))
+        self.recorder = SessionWorker("archive-recorder", self._on_agent_error, self._on_recording_done,
+                                      nano_clock=ctx.nano_clock)
+        self.replayer = SessionWorker("archive-replayer", self._on_agent_error, self._on_replay_done,
+                                      nano_clock=ctx.nano_clock)
         control_subs: list[Subscription] = []
         if ctx.control_channel:
             control_subs.append(aeron.add_subscription(ctx.control_channel, ctx.control_stream_id))
@@ -139,6 +151,14 @@ class ArchiveConductor(Agent):
         """Run `task` on the conductor thread (image callbacks, recorder/replayer hand-backs)."""
         self._tasks.put(task)
 
+    def _on_recording_done(self, session: Session) -> None:  # recorder thread: hand back, nothing more
+        assert isinstance(session, RecordingSession)
+        self._tasks.put(lambda: self._close_recording_session(session))
+
+    def _on_replay_done(self, session: Session) -> None:  # replayer thread: hand back, nothing more
+        assert isinstance(session, ReplaySession)
+        self._tasks.put(lambda: self._close_replay_session(session))
+
     def start(self) -> None:
         self.recorder.start()
         self.replayer.start()
@@ -159,26 +179,27 @@ class ArchiveConductor(Agent):
                 self._on_agent_error(ex)
             work += 1
 
-    def do_work(self) -> int:
+    def do_work(self, now_ns: int) -> int:
+        self._now_ns = now_ns
         work = self._run_tasks()
         work += self._adapter.poll()
         done_sessions = []
         for session in self._control_sessions.values():
-            work += session.do_work()
+            work += session.do_work(now_ns)
             if session.is_done():
                 done_sessions.append(session)
         for session in done_sessions:
             self._close_control_session(session)
         if self._listings:
             for listing in list(self._listings):
-                work += listing.do_work()
+                work += listing.do_work(now_ns)
                 if listing.is_done():
                     self._listings.remove(listing)
                     owner = self._control_sessions.get(listing.owner_id)
                     if owner is not None and owner.active_listing is listing:
                         owner.active_listing = None
         for delete in list(self._delete_sessions.values()):
-            work += delete.do_work()
+            work += delete.do_work(now_ns)
         if work:
             self.counters.publish_recorder(self.recorder_totals)
             self.counters.publish_replayer(self.replayer_totals)
@@ -196,7 +217,7 @@ class ArchiveConductor(Agent):
         session = ControlSession(
             self, control_session_id, correlation_id, response_stream_id, response_channel, version,
             credentials, client_info, image_session_id, self.ctx.authenticator, self.ctx.connect_timeout_ns,
-            self.ctx.session_liveness_check_interval_ns)
+            self.ctx.session_liveness_check_interval_ns, now_ns=self._now_ns, epoch_clock=self.ctx.epoch_clock)
         self._control_sessions[control_session_id] = session
         self.counters.control_sessions.set(len(self._control_sessions))
         session.counter = self.counters.add_control_session_counter(control_session_id, client_info,
@@ -206,6 +227,9 @@ class ArchiveConductor(Agent):
 
     def control_session(self, control_session_id: int) -> ControlSession | None:
         return self._control_sessions.get(control_session_id)
+
+    def add_response_publication(self, channel: str, stream_id: int) -> ExclusivePublication:
+        return self.aeron.add_exclusive_publication(channel, stream_id)
 
     def _close_control_session(self, session: ControlSession) -> None:
         if session.active_listing is not None:
@@ -243,12 +267,12 @@ class ArchiveConductor(Agent):
         return len(self._recordings) + sum(1 for s in self._subscriptions.values() if not s.sessions)
 
     # -- recording -----------------------------------------------------------------------------------------
-    def start_recording(self, session: ControlSession, correlation_id: int, stream_id: int, source_location: int,
+    def start_recording(self, session: ControlClient, correlation_id: int, stream_id: int, source_location: int,
                         auto_stop: bool, channel: str) -> None:
         self._add_recording_subscription(session, correlation_id, stream_id, source_location, auto_stop, channel,
                                          None)
 
-    def extend_recording(self, session: ControlSession, correlation_id: int, recording_id: int, stream_id: int,
+    def extend_recording(self, session: ControlClient, correlation_id: int, recording_id: int, stream_id: int,
                          source_location: int, auto_stop: bool, channel: str) -> None:
         if self._active_recording_count() >= self.ctx.max_concurrent_recordings:
             raise ArchiveError(f"max concurrent recordings reached {self.ctx.max_concurrent_recordings}",
@@ -265,7 +289,7 @@ class ArchiveConductor(Agent):
         self._add_recording_subscription(session, correlation_id, stream_id, source_location, auto_stop, channel,
                                          recording_id)
 
-    def _add_recording_subscription(self, session: ControlSession, correlation_id: int, stream_id: int,
+    def _add_recording_subscription(self, session: ControlClient, correlation_id: int, stream_id: int,
                                     source_location: int, auto_stop: bool, channel: str,
                                     extend_recording_id: int | None) -> None:
         if extend_recording_id is None and self._active_recording_count() >= self.ctx.max_concurrent_recordings:
@@ -322,7 +346,7 @@ class ArchiveConductor(Agent):
                 self._remove_subscription(entry)
 
     def _new_position_counter(self, recording_id: int, image: Image, stream_id: int, stripped: str,
-                              position: int):
+                              position: int) -> Counter:
         counter = self.aeron.add_counter(
             ARCHIVE_RECORDING_POSITION_TYPE_ID,
             recording_pos.encode_key(recording_id, image.session_id, image.source_identity, self.archive_id),
@@ -338,7 +362,7 @@ class ArchiveConductor(Agent):
         term_length = image.term_buffer_length
         segment_length = max(self.ctx.segment_file_length, term_length)
         recording_id = self.catalog.add_new_recording(
-            start_position=join, start_timestamp=int(time.time() * 1000), initial_term_id=image.initial_term_id,
+            start_position=join, start_timestamp=self.ctx.epoch_clock(), initial_term_id=image.initial_term_id,
             segment_file_length=segment_length, term_buffer_length=term_length, mtu_length=image.mtu_length,
             session_id=image.session_id, stream_id=entry.stream_id, stripped_channel=entry.stripped_channel,
             original_channel=entry.channel, source_identity=image.source_identity)
@@ -379,7 +403,8 @@ class ArchiveConductor(Agent):
             join_position=join, stream_id=entry.stream_id, original_channel=entry.channel, image=image,
             position=counter, writer=writer, block_length_limit=min(term_length, self.ctx.file_io_max_length),
             events=self._events, totals=self.recorder_totals, subscription_id=entry.subscription_id,
-            control_session_id=entry.control_session_id, auto_stop=entry.auto_stop)
+            control_session_id=entry.control_session_id, auto_stop=entry.auto_stop,
+            nano_clock=self.ctx.nano_clock)
         entry.sessions[recording_id] = session
         self._recordings[recording_id] = session
         self._recording_entries[recording_id] = entry
@@ -394,7 +419,7 @@ class ArchiveConductor(Agent):
     def _close_recording_session(self, session: RecordingSession) -> None:
         recording_id = session.recording_id
         position = session.recorded_position
-        self.catalog.recording_stopped(recording_id, position, int(time.time() * 1000))
+        self.catalog.recording_stopped(recording_id, position, self.ctx.epoch_clock())
         self._recordings.pop(recording_id, None)
         self.counters.recording_sessions.set(len(self._recordings))
         if session.error is not None:
@@ -431,7 +456,7 @@ class ArchiveConductor(Agent):
         else:
             entry.subscription.close()
 
-    def stop_recording(self, session: ControlSession, correlation_id: int, stream_id: int, channel: str) -> None:
+    def stop_recording(self, session: ControlClient, correlation_id: int, stream_id: int, channel: str) -> None:
         entry = self._subscriptions.get(recording_subscription_key(channel, stream_id))
         if entry is None:
             raise ArchiveError(f"no recording found for streamId={stream_id} channel={channel}",
@@ -439,7 +464,7 @@ class ArchiveConductor(Agent):
         self._stop_subscription(entry)
         session.send_ok(correlation_id, 0)
 
-    def stop_recording_subscription(self, session: ControlSession, correlation_id: int,
+    def stop_recording_subscription(self, session: ControlClient, correlation_id: int,
                                     subscription_id: int) -> None:
         for entry in self._subscriptions.values():
             if entry.subscription_id == subscription_id:
@@ -449,7 +474,7 @@ class ArchiveConductor(Agent):
         raise ArchiveError(f"no recording subscription found for subscriptionId={subscription_id}",
                            ErrorCode.UNKNOWN_SUBSCRIPTION)
 
-    def stop_recording_by_identity(self, session: ControlSession, correlation_id: int, recording_id: int) -> None:
+    def stop_recording_by_identity(self, session: ControlClient, correlation_id: int, recording_id: int) -> None:
         self._descriptor(recording_id)
         recording = self._recordings.get(recording_id)
         if recording is None:
@@ -462,42 +487,36 @@ class ArchiveConductor(Agent):
             recording.abort("stopped by identity")
         session.send_ok(correlation_id, 1)
 
-    def list_recording_subscriptions(self, session: ControlSession, correlation_id: int, pseudo_index: int,
+    def list_recording_subscriptions(self, session: ControlClient, correlation_id: int, pseudo_index: int,
                                      count: int, apply_stream_id: bool, stream_id: int, channel: str) -> None:
         if session.active_listing is not None:
             raise ArchiveError("active listing already in progress", ErrorCode.ACTIVE_LISTING)
-        matching = [e for e in self._subscriptions.values()
-                    if (not apply_stream_id or e.stream_id == stream_id) and channel in e.stripped_channel]
-        sent = 0
-        for entry in matching[max(pseudo_index, 0):]:
-            if sent >= count:
-                break
-            session.send_subscription_descriptor(correlation_id, entry.subscription_id, entry.stream_id,
-                                                 entry.stripped_channel)
-            sent += 1
-        if sent < count:
-            session.send_response_code(correlation_id, max(pseudo_index, 0) + sent,
-                                       ControlResponseCode.SUBSCRIPTION_UNKNOWN)
+        snapshot = [SubscriptionDescriptor(e.subscription_id, e.stream_id, e.stripped_channel)
+                    for e in self._subscriptions.values()]
+        listing = ListRecordingSubscriptionsSession(session, correlation_id, pseudo_index, count, apply_stream_id,
+                                                    stream_id, channel, snapshot)
+        listing.do_work(self._now_ns)  # answered at once: the control session queues what back pressure refuses
+        self._start_listing(session, listing)
 
     # -- queries -------------------------------------------------------------------------------------------
-    def _start_listing(self, session: ControlSession, listing: ListRecordingsSession) -> None:
+    def _start_listing(self, session: ControlClient, listing: Listing) -> None:
         if not listing.is_done():
             session.active_listing = listing
             self._listings.append(listing)
 
-    def list_recordings(self, session: ControlSession, correlation_id: int, from_id: int, count: int) -> None:
+    def list_recordings(self, session: ControlClient, correlation_id: int, from_id: int, count: int) -> None:
         if session.active_listing is not None:
             raise ArchiveError("active listing already in progress", ErrorCode.ACTIVE_LISTING)
         self._start_listing(session, ListRecordingsSession(session, self.catalog, correlation_id, from_id, count))
 
-    def list_recordings_for_uri(self, session: ControlSession, correlation_id: int, from_id: int, count: int,
+    def list_recordings_for_uri(self, session: ControlClient, correlation_id: int, from_id: int, count: int,
                                 stream_id: int, channel: str) -> None:
         if session.active_listing is not None:
             raise ArchiveError("active listing already in progress", ErrorCode.ACTIVE_LISTING)
         self._start_listing(session, ListRecordingsSession(session, self.catalog, correlation_id, from_id, count,
                                                            uri_filter(channel, stream_id)))
 
-    def list_recording(self, session: ControlSession, correlation_id: int, recording_id: int) -> None:
+    def list_recording(self, session: ControlClient, correlation_id: int, recording_id: int) -> None:
         if session.active_listing is not None:
             raise ArchiveError("active listing already in progress", ErrorCode.ACTIVE_LISTING)
         if self.catalog.has_recording(recording_id):
@@ -509,22 +528,22 @@ class ArchiveConductor(Agent):
         recording = self._recordings.get(recording_id)
         return recording.position.get() if recording is not None else NULL_POSITION
 
-    def get_recording_position(self, session: ControlSession, correlation_id: int, recording_id: int) -> None:
+    def get_recording_position(self, session: ControlClient, correlation_id: int, recording_id: int) -> None:
         self._descriptor(recording_id)
         session.send_ok(correlation_id, self.live_position(recording_id))
 
-    def get_stop_position(self, session: ControlSession, correlation_id: int, recording_id: int) -> None:
+    def get_stop_position(self, session: ControlClient, correlation_id: int, recording_id: int) -> None:
         session.send_ok(correlation_id, self._descriptor(recording_id).stop_position)
 
-    def get_start_position(self, session: ControlSession, correlation_id: int, recording_id: int) -> None:
+    def get_start_position(self, session: ControlClient, correlation_id: int, recording_id: int) -> None:
         session.send_ok(correlation_id, self._descriptor(recording_id).start_position)
 
-    def get_max_recorded_position(self, session: ControlSession, correlation_id: int, recording_id: int) -> None:
+    def get_max_recorded_position(self, session: ControlClient, correlation_id: int, recording_id: int) -> None:
         d = self._descriptor(recording_id)
         live = self.live_position(recording_id)
         session.send_ok(correlation_id, live if live != NULL_POSITION else d.stop_position)
 
-    def find_last_matching_recording(self, session: ControlSession, correlation_id: int, min_recording_id: int,
+    def find_last_matching_recording(self, session: ControlClient, correlation_id: int, min_recording_id: int,
                                      session_id: int, stream_id: int, channel: str) -> None:
         if min_recording_id < 0:
             raise ArchiveError(f"minRecordingId={min_recording_id} < 0", ErrorCode.GENERIC)
@@ -535,7 +554,7 @@ class ArchiveConductor(Agent):
     def _replays_of(self, recording_id: int) -> list[ReplaySession]:
         return [r for r in self._replays.values() if r.recording_id == recording_id]
 
-    def start_replay(self, session: ControlSession, correlation_id: int, recording_id: int, position: int,
+    def start_replay(self, session: ControlClient, correlation_id: int, recording_id: int, position: int,
                      length: int, replay_stream_id: int, replay_channel: str, limit_counter_id: int,
                      file_io_max_length: int | None) -> None:
         ctx = self.ctx
@@ -546,7 +565,7 @@ class ArchiveConductor(Agent):
         reader = self.aeron.counters_reader
         limit: LimitCounter | None = None
         if limit_counter_id is not None and limit_counter_id >= 0:
-            if reader.state(limit_counter_id) != recording_pos.RECORD_ALLOCATED:
+            if reader.state(limit_counter_id) != COUNTER_RECORD_ALLOCATED:
                 raise ArchiveError(f"limit counter id {limit_counter_id} is not an allocated counter "
                                    f"(recordingId={recording_id})", ErrorCode.GENERIC)
             limit = LimitCounter(reader, limit_counter_id)
@@ -612,8 +631,9 @@ class ArchiveConductor(Agent):
                                    d.segment_file_length, d.initial_term_id, d.stream_id),
             buffer=bytearray(io_length), term_length=d.term_buffer_length, stream_id=d.stream_id,
             checksum=self._replay_checksum, connect_timeout_ns=ctx.connect_timeout_ns,
-            totals=self.replayer_totals,
-            send_ok=lambda corr, rid: self.enqueue(lambda: self._send_ok(control_session_id, corr, rid)))
+            totals=self.replayer_totals, now_ns=self._now_ns, nano_clock=ctx.nano_clock,
+            send_ok=lambda corr, rid: self.enqueue(lambda: self._send_ok(control_session_id, corr, rid)),
+            send_error=lambda corr, code, message: self._send_error(control_session_id, corr, code, message))
         self._replays[replay_session_id] = replay
         self.counters.replay_sessions.set(len(self._replays))
         self.replayer.add_session(replay)
@@ -638,32 +658,35 @@ class ArchiveConductor(Agent):
         if session is not None:
             session.send_ok(correlation_id, relevant_id)
 
+    def _send_error(self, control_session_id: int, correlation_id: int, error_code: int, message: str) -> None:
+        session = self._control_sessions.get(control_session_id)
+        if session is not None:
+            session.send_error(correlation_id, error_code, message)
+
     def _close_replay_session(self, replay: ReplaySession) -> None:
         self._replays.pop(replay.replay_session_id, None)
         self.counters.replay_sessions.set(len(self._replays))
         replay.close()
         if replay.error is not None:
             self._on_agent_error(replay.error)
-            session = self._control_sessions.get(replay.control_session_id)
-            if session is not None:
-                session.send_error(replay.correlation_id, replay.error.error_code, replay.error.message)
+            replay.send_pending_error()
         log.info("replay %d of recording %d done at position %d", replay.replay_session_id, replay.recording_id,
                  replay.replay_position)
 
-    def stop_replay(self, session: ControlSession, correlation_id: int, replay_session_id: int) -> None:
+    def stop_replay(self, session: ControlClient, correlation_id: int, replay_session_id: int) -> None:
         replay = self._replays.get(replay_session_id)
         if replay is not None:
             replay.abort("stopped by client")
         session.send_ok(correlation_id, 0)  # Aeron answers OK even for unknown replay ids
 
-    def stop_all_replays(self, session: ControlSession, correlation_id: int, recording_id: int) -> None:
+    def stop_all_replays(self, session: ControlClient, correlation_id: int, recording_id: int) -> None:
         for replay in self._replays.values():
             if recording_id == NULL_POSITION or replay.recording_id == recording_id:
                 replay.abort("stop all replays")
         session.send_ok(correlation_id, 0)
 
     # -- truncate / purge ----------------------------------------------------------------------------------
-    def truncate_recording(self, session: ControlSession, correlation_id: int, recording_id: int,
+    def truncate_recording(self, session: ControlClient, correlation_id: int, recording_id: int,
                            position: int) -> None:
         d = self._descriptor(recording_id)
         if recording_id in self._recordings or d.is_active:
@@ -680,7 +703,7 @@ class ArchiveConductor(Agent):
             replay.abort("recording truncated")
         self._queue_deletion(session, correlation_id, recording_id, to_delete)
 
-    def purge_recording(self, session: ControlSession, correlation_id: int, recording_id: int) -> None:
+    def purge_recording(self, session: ControlClient, correlation_id: int, recording_id: int) -> None:
         d = self._descriptor(recording_id)
         if recording_id in self._recordings or d.is_active:
             raise ArchiveError(f"cannot purge active recording {recording_id}", ErrorCode.ACTIVE_RECORDING)
@@ -693,7 +716,7 @@ class ArchiveConductor(Agent):
         files = segments.recording_file_names(self.ctx.archive_dir, recording_id)
         self._queue_deletion(session, correlation_id, recording_id, files)
 
-    def _queue_deletion(self, session: ControlSession, correlation_id: int, recording_id: int,
+    def _queue_deletion(self, session: ControlClient, correlation_id: int, recording_id: int,
                         files: list[str]) -> None:
         control_session_id = session.control_session_id
         session.send_ok(correlation_id, len(files))
@@ -702,7 +725,8 @@ class ArchiveConductor(Agent):
             self._delete_sessions.pop(recording_id, None)
             self._signal(control_session_id, correlation_id, recording_id, -1, -1, RecordingSignal.DELETE)
 
-        delete = DeleteSegmentsSession(self.ctx.archive_dir, recording_id, files, lambda: bool(self._replays_of(recording_id)), on_done)
+        delete = DeleteSegmentsSession(self.ctx.archive_dir, recording_id, files,
+                                       lambda: bool(self._replays_of(recording_id)), on_done)
         if not files:
             on_done(delete)
             return
@@ -716,7 +740,7 @@ class ArchiveConductor(Agent):
         self._run_tasks()  # recorder/replayer hand-backs (catalog stop positions) queued while they shut down
         for delete in list(self._delete_sessions.values()):
             while not delete.is_done():
-                delete.do_work()
+                delete.do_work(self.ctx.nano_clock())
         for session in list(self._control_sessions.values()):
             session.close()
             if session.counter is not None:

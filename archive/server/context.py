@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from aeron_archive_spark.archive import constants as c
@@ -12,6 +14,11 @@ from aeron_archive_spark.archive.server.authenticator import Authenticator
 
 def _is_power_of_two(value: int) -> bool:
     return value > 0 and value & (value - 1) == 0
+
+
+def epoch_time_ms() -> int:
+    """Wall-clock milliseconds since the epoch: what Aeron's `EpochClock` gives (catalog timestamps, auth)."""
+    return time.time_ns() // 1_000_000
 
 
 @dataclass
@@ -42,6 +49,10 @@ class ArchiveContext:
     authenticator: Authenticator = field(default_factory=Authenticator)
     client_name: str = "aeron-archive-py"
     delete_archive_on_start: bool = False
+    # Clocks (Aeron's `nanoClock` / `epochClock`), injectable so tests can step time: the agents read `nano_clock`
+    # once per duty cycle and hand that time to their sessions; nothing in the server calls `time.*` for a deadline.
+    nano_clock: Callable[[], int] = field(default=time.monotonic_ns)  # monotonic ns: deadlines, timeouts, I/O time
+    epoch_clock: Callable[[], int] = field(default=epoch_time_ms)  # wall-clock ms: catalog timestamps, auth
 
     def conclude(self) -> ArchiveContext:
         """Validate every setting, naming the bad one, before any thread or file is touched."""

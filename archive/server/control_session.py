@@ -3,18 +3,23 @@
 States follow Aeron's `ControlSession`: INIT → CONNECTING → CONNECTED → (CHALLENGED →) AUTHENTICATED → ACTIVE →
 DONE, or REJECTED → DONE. All of it runs on the conductor thread, which is the only thread that offers on the
 response publication; other threads reach a session through the conductor's task queue.
+
+Requests arrive already decoded, one typed `on_*` method per request template (Aeron's `ControlSession.onXxx`),
+and go to the conductor through `ConductorPort`, never through the conductor class itself. Time comes in through
+`do_work(now_ns)`; between duty cycles (a request, a response sent from a conductor task) the session uses the
+time of its last cycle, as Aeron's cached clocks do.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from aeron_archive_spark.archive.channel import ChannelError, ChannelUri
-from aeron_archive_spark.archive.codecs import templates as t
 from aeron_archive_spark.archive.constants import (
     CONTROL_MTU_LENGTH_DEFAULT,
     CONTROL_RESEND_INTERVAL_NS,
@@ -25,11 +30,12 @@ from aeron_archive_spark.archive.constants import (
 )
 from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
 from aeron_archive_spark.archive.server.authenticator import AuthDecision, Authenticator
+from aeron_archive_spark.archive.server.conductor_port import ConductorPort, ResponsePublication
 from aeron_archive_spark.archive.server.control_response_proxy import ControlResponseProxy
+from aeron_archive_spark.archive.server.session import Session
 
 if TYPE_CHECKING:
-    from aeron_archive_spark.archive.native import ExclusivePublication
-    from aeron_archive_spark.archive.server.conductor import ArchiveConductor
+    from aeron_archive_spark.archive.native import Counter
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +65,13 @@ def response_channel_for(client_channel: str) -> str:
 
 
 class ControlSession:
-    def __init__(self, conductor: ArchiveConductor, control_session_id: int, correlation_id: int,
+    def __init__(self, conductor: ConductorPort, control_session_id: int, correlation_id: int,
                  response_stream_id: int, response_channel: str, client_version: int, credentials: bytes,
                  client_info: str, image_session_id: int, authenticator: Authenticator,
-                 connect_timeout_ns: int, liveness_interval_ns: int) -> None:
-        self.conductor = conductor
+                 connect_timeout_ns: int, liveness_interval_ns: int, *, now_ns: int,
+                 epoch_clock: Callable[[], int]) -> None:
+        """`now_ns` is the conductor's time for this duty cycle; `epoch_clock` (ms) is what the authenticator sees."""
+        self._conductor = conductor
         self.control_session_id = control_session_id
         self.correlation_id = correlation_id
         self.response_stream_id = response_stream_id
@@ -75,24 +83,29 @@ class ControlSession:
         self._authenticator = authenticator
         self._connect_timeout_ns = connect_timeout_ns
         self._liveness_interval_ns = liveness_interval_ns
+        self._epoch_clock = epoch_clock
         self.state = ControlSessionState.INIT
-        self.publication: ExclusivePublication | None = None
+        self.publication: ResponsePublication | None = None
         self._proxy = ControlResponseProxy()
         self._pending: deque[bytes] = deque()
-        now = time.monotonic_ns()
-        self._deadline_ns = now + connect_timeout_ns
+        self._now_ns = now_ns
+        self._deadline_ns = now_ns + connect_timeout_ns
         self._resend_deadline_ns = 0
-        self._last_sent_ns = now
+        self._last_sent_ns = now_ns
         self._next_ping_ns = 0
-        self.active_listing: Any = None
-        self.counter: Any = None  # the per-client `control-session` counter (type 113), owned by the conductor
+        self.active_listing: Session | None = None
+        self.counter: Counter | None = None  # the per-client `control-session` counter (type 113), conductor-owned
         self.abort_reason = ""
-        self._handlers = self._build_handlers()
 
     # -- lifecycle -----------------------------------------------------------------------------------------
     @property
     def session_id(self) -> int:
         return self.control_session_id
+
+    @property
+    def pending_responses(self) -> int:
+        """Responses queued behind back pressure, not yet offered successfully."""
+        return len(self._pending)
 
     def is_done(self) -> bool:
         return self.state is ControlSessionState.DONE
@@ -117,11 +130,11 @@ class ControlSession:
             log.debug("control session %d: %s -> %s", self.control_session_id, self.state.name, state.name)
             self.state = state
 
-    def do_work(self) -> int:
-        now = time.monotonic_ns()
+    def do_work(self, now_ns: int) -> int:
+        self._now_ns = now = now_ns
         state = self.state
         if state is ControlSessionState.INIT:
-            return self._do_init(now)
+            return self._do_init()
         if state is ControlSessionState.CONNECTING:
             return self._do_connecting(now)
         if state in (ControlSessionState.CONNECTED, ControlSessionState.CHALLENGED,
@@ -143,11 +156,11 @@ class ControlSession:
             return self._do_active(now)
         return 0
 
-    def _do_init(self, now: int) -> int:
+    def _do_init(self) -> int:
         try:
             channel = response_channel_for(self.response_channel)
-            self.publication = self.conductor.aeron.add_exclusive_publication(channel, self.response_stream_id)
-        except Exception as ex:
+            self.publication = self._conductor.add_response_publication(channel, self.response_stream_id)
+        except Exception as ex:  # a bad client channel ends this session, never the conductor
             log.warning("control session %d: cannot add response publication %s stream %d: %s",
                         self.control_session_id, self.response_channel, self.response_stream_id, ex)
             self.abort(f"failed to add response publication: {ex}")
@@ -170,13 +183,14 @@ class ControlSession:
             return 0
         self._resend_deadline_ns = now + CONTROL_RESEND_INTERVAL_NS
         if (self.client_version >> 16) != PROTOCOL_MAJOR_VERSION:
-            major, minor, patch = self.client_version >> 16, (self.client_version >> 8) & 0xFF, self.client_version & 0xFF
+            version = self.client_version
+            major, minor, patch = version >> 16, (version >> 8) & 0xFF, version & 0xFF
             self._offer(self._proxy.control_response(
                 self.control_session_id, self.correlation_id, ErrorCode.GENERIC, ControlResponseCode.ERROR,
                 f"invalid client version {major}.{minor}.{patch}, archive is {PROTOCOL_MAJOR_VERSION}.x"))
             self.abort("invalid client version")
             return 1
-        result = self._authenticator.on_connect(self.control_session_id, self._credentials, time.time_ns() // 1_000_000)
+        result = self._authenticator.on_connect(self.control_session_id, self._credentials, self._epoch_clock())
         self._apply_auth(result.decision, result.encoded_challenge)
         return 1
 
@@ -191,7 +205,7 @@ class ControlSession:
             self._set_state(ControlSessionState.REJECTED)
             self._resend_deadline_ns = 0
 
-    def _resend(self, now: int, encode) -> int:
+    def _resend(self, now: int, encode: Callable[[], bytes]) -> int:
         if now < self._resend_deadline_ns:
             return 0
         self._resend_deadline_ns = now + CONTROL_RESEND_INTERVAL_NS
@@ -211,7 +225,8 @@ class ControlSession:
             else:
                 break
         if self._pending and now - self._last_sent_ns > self._connect_timeout_ns:
-            self.abort(f"failed to send response for more than connectTimeoutMs={self._connect_timeout_ns // 1_000_000}")
+            self.abort(f"failed to send response for more than connectTimeoutMs="
+                       f"{self._connect_timeout_ns // 1_000_000}")
             return 1
         if now >= self._next_ping_ns:
             self._next_ping_ns = now + self._liveness_interval_ns
@@ -225,7 +240,7 @@ class ControlSession:
             return False
         result = self.publication.offer(message)
         if result > 0:
-            self._last_sent_ns = time.monotonic_ns()
+            self._last_sent_ns = self._now_ns
             return True
         return False
 
@@ -262,7 +277,8 @@ class ControlSession:
         return True
 
     def send_subscription_descriptor(self, correlation_id: int, subscription_id: int, stream_id: int,
-                                     stripped_channel: str) -> None:
+                                     stripped_channel: str) -> bool:
+        """Never refused: a descriptor that meets back pressure is queued behind the earlier responses."""
         self.send(self._proxy.recording_subscription_descriptor(
             self.control_session_id, correlation_id, subscription_id, stream_id, stripped_channel))
         return True
@@ -273,86 +289,168 @@ class ControlSession:
                                                subscription_id, position, signal))
 
     # -- requests ----------------------------------------------------------------------------------------------
-    def on_request(self, msg: Any, image_session_id: int) -> None:
-        if image_session_id != self.image_session_id:
-            log.warning("control session %d: request from image session %d dropped (connected on %d)",
-                        self.control_session_id, image_session_id, self.image_session_id)
-            return
+    def _activate(self, request: str) -> bool:
+        """Aeron's `attemptToActivate`: True when `request` may run now.
+
+        The first request after authentication makes the session ACTIVE (and starts the pings); a request in any
+        other state, or after DONE, is dropped.
+        """
         if self.state is ControlSessionState.DONE:
-            return
-        if msg.template_id == t.CHALLENGE_RESPONSE:
-            if self.state is ControlSessionState.CHALLENGED:
-                result = self._authenticator.on_challenge_response(
-                    self.control_session_id, msg.encoded_credentials, time.time_ns() // 1_000_000)
-                self._apply_auth(result.decision, result.encoded_challenge)
-            return
+            return False
         if self.state is ControlSessionState.AUTHENTICATED:
             self._set_state(ControlSessionState.ACTIVE)
-            self._next_ping_ns = time.monotonic_ns() + self._liveness_interval_ns
+            self._next_ping_ns = self._now_ns + self._liveness_interval_ns
         if self.state is not ControlSessionState.ACTIVE:
-            log.warning("control session %d: %s in state %s ignored", self.control_session_id, msg.name,
+            log.warning("control session %d: %s in state %s ignored", self.control_session_id, request,
                         self.state.name)
-            return
-        if msg.template_id == t.CLOSE_SESSION_REQUEST:
-            self.abort("session closed")
-            return
-        if msg.template_id == t.KEEP_ALIVE_REQUEST:
-            return
-        handler = self._handlers.get(msg.template_id)
-        correlation_id = getattr(msg, "correlation_id", -1)
-        if handler is None:
-            self.send_error(correlation_id, ErrorCode.GENERIC,
-                            f"request {msg.name} (templateId={msg.template_id}) is not supported by this archive")
-            return
+            return False
+        return True
+
+    @contextmanager
+    def _answering_errors(self, correlation_id: int) -> Iterator[None]:
+        """A request the conductor refuses becomes an error response naming the reason, never an exception."""
         try:
-            handler(msg)
+            yield
         except ArchiveError as ex:
             self.send_error(correlation_id, ex.error_code, ex.message)
         except ChannelError as ex:
             self.send_error(correlation_id, ErrorCode.GENERIC, str(ex))
 
-    def _build_handlers(self) -> dict[int, Any]:
-        c = self.conductor
-        return {
-            t.START_RECORDING_REQUEST: lambda m: c.start_recording(
-                self, m.correlation_id, m.stream_id, m.source_location, False, m.channel),
-            t.START_RECORDING_REQUEST2: lambda m: c.start_recording(
-                self, m.correlation_id, m.stream_id, m.source_location, m.auto_stop == 1, m.channel),
-            t.STOP_RECORDING_REQUEST: lambda m: c.stop_recording(self, m.correlation_id, m.stream_id, m.channel),
-            t.STOP_RECORDING_SUBSCRIPTION_REQUEST: lambda m: c.stop_recording_subscription(
-                self, m.correlation_id, m.subscription_id),
-            t.STOP_RECORDING_BY_IDENTITY_REQUEST: lambda m: c.stop_recording_by_identity(
-                self, m.correlation_id, m.recording_id),
-            t.EXTEND_RECORDING_REQUEST: lambda m: c.extend_recording(
-                self, m.correlation_id, m.recording_id, m.stream_id, m.source_location, False, m.channel),
-            t.EXTEND_RECORDING_REQUEST2: lambda m: c.extend_recording(
-                self, m.correlation_id, m.recording_id, m.stream_id, m.source_location, m.auto_stop == 1,
-                m.channel),
-            t.REPLAY_REQUEST: lambda m: c.start_replay(
-                self, m.correlation_id, m.recording_id, m.position, m.length, m.replay_stream_id,
-                m.replay_channel, -1, m.file_io_max_length),
-            t.BOUNDED_REPLAY_REQUEST: lambda m: c.start_replay(
-                self, m.correlation_id, m.recording_id, m.position, m.length, m.replay_stream_id,
-                m.replay_channel, m.limit_counter_id, m.file_io_max_length),
-            t.STOP_REPLAY_REQUEST: lambda m: c.stop_replay(self, m.correlation_id, m.replay_session_id),
-            t.STOP_ALL_REPLAYS_REQUEST: lambda m: c.stop_all_replays(self, m.correlation_id, m.recording_id),
-            t.LIST_RECORDINGS_REQUEST: lambda m: c.list_recordings(
-                self, m.correlation_id, m.from_recording_id, m.record_count),
-            t.LIST_RECORDINGS_FOR_URI_REQUEST: lambda m: c.list_recordings_for_uri(
-                self, m.correlation_id, m.from_recording_id, m.record_count, m.stream_id, m.channel),
-            t.LIST_RECORDING_REQUEST: lambda m: c.list_recording(self, m.correlation_id, m.recording_id),
-            t.LIST_RECORDING_SUBSCRIPTIONS_REQUEST: lambda m: c.list_recording_subscriptions(
-                self, m.correlation_id, m.pseudo_index, m.subscription_count, m.apply_stream_id == 1,
-                m.stream_id, m.channel),
-            t.RECORDING_POSITION_REQUEST: lambda m: c.get_recording_position(self, m.correlation_id, m.recording_id),
-            t.STOP_POSITION_REQUEST: lambda m: c.get_stop_position(self, m.correlation_id, m.recording_id),
-            t.START_POSITION_REQUEST: lambda m: c.get_start_position(self, m.correlation_id, m.recording_id),
-            t.MAX_RECORDED_POSITION_REQUEST: lambda m: c.get_max_recorded_position(
-                self, m.correlation_id, m.recording_id),
-            t.FIND_LAST_MATCHING_RECORDING_REQUEST: lambda m: c.find_last_matching_recording(
-                self, m.correlation_id, m.min_recording_id, m.session_id, m.stream_id, m.channel),
-            t.TRUNCATE_RECORDING_REQUEST: lambda m: c.truncate_recording(
-                self, m.correlation_id, m.recording_id, m.position),
-            t.PURGE_RECORDING_REQUEST: lambda m: c.purge_recording(self, m.correlation_id, m.recording_id),
-            t.ARCHIVE_ID_REQUEST: lambda m: self.send_ok(m.correlation_id, c.archive_id),
-        }
+    def on_challenge_response(self, correlation_id: int, encoded_credentials: bytes) -> None:
+        if self.state is ControlSessionState.CHALLENGED:
+            result = self._authenticator.on_challenge_response(
+                self.control_session_id, encoded_credentials, self._epoch_clock())
+            self._apply_auth(result.decision, result.encoded_challenge)
+
+    def on_close_session(self) -> None:
+        if self._activate("CloseSessionRequest"):
+            self.abort("session closed")
+
+    def on_keep_alive(self, correlation_id: int) -> None:
+        self._activate("KeepAliveRequest")
+
+    def on_unsupported_request(self, correlation_id: int, name: str, template_id: int) -> None:
+        if self._activate(name):
+            self.send_error(correlation_id, ErrorCode.GENERIC,
+                            f"request {name} (templateId={template_id}) is not supported by this archive")
+
+    def on_start_recording(self, correlation_id: int, stream_id: int, source_location: int, auto_stop: bool,
+                           channel: str) -> None:
+        if self._activate("StartRecordingRequest"):
+            with self._answering_errors(correlation_id):
+                self._conductor.start_recording(self, correlation_id, stream_id, source_location, auto_stop,
+                                                channel)
+
+    def on_stop_recording(self, correlation_id: int, stream_id: int, channel: str) -> None:
+        if self._activate("StopRecordingRequest"):
+            with self._answering_errors(correlation_id):
+                self._conductor.stop_recording(self, correlation_id, stream_id, channel)
+
+    def on_stop_recording_subscription(self, correlation_id: int, subscription_id: int) -> None:
+        if self._activate("StopRecordingSubscriptionRequest"):
+            with self._answering_errors(correlation_id):
+                self._conductor.stop_recording_subscription(self, correlation_id, subscription_id)
+
+    def on_stop_recording_by_identity(self, correlation_id: int, recording_id: int) -> None:
+        if self._activate("StopRecordingByIdentityRequest"):
+            with self._answering_errors(correlation_id):
+                self._conductor.stop_recording_by_identity(self, correlation_id, recording_id)
+
+    def on_extend_recording(self, correlation_id: int, recording_id: int, stream_id: int, source_location: int,
+                            auto_stop: bool, channel: str) -> None:
+        if self._activate("ExtendRecordingRequest"):
+            with self._answering_errors(correlation_id):
+                self._conductor.extend_recording(self, correlation_id, recording_id, stream_id, source_location,
+                                                 auto_stop, channel)
+
+    def on_start_replay(self, correlation_id: int, recording_id: int, position: int, length: int,
+                        replay_stream_id: int, replay_channel: str, file_io_max_length: int | None) -> None:
+        if self._activate("ReplayRequest"):
+            with self._answering_errors(correlation_id):
+                self._conductor.start_replay(self, correlation_id, recording_id, position, length,
+                                             replay_stream_id, replay_channel, -1, file_io_max_length)
+
+    def on_start_bounded_replay(self, correlation_id: int, recording_id: int, position: int, length: int,
+                                limit_counter_id: int, replay_stream_id: int, replay_channel: str,
+                                file_io_max_length: int | None) -> None:
+        if self._activate("BoundedReplayRequest"):
+            with self._answering_errors(correlation_id):
+                self._conductor.start_replay(self, correlation_id, recording_id, position, length,
+                                             replay_stream_id, replay_channel, limit_counter_id,
+                                             file_io_max_length)
+
+    def on_stop_replay(self, correlation_id: int, replay_session_id: int) -> None:
+        if self._activate("StopReplayRequest"):
+            with self._answering_errors(correlation_id):
+                self._conductor.stop_replay(self, correlation_id, replay_session_id)
+
+    def on_stop_all_replays(self, correlation_id: int, recording_id: int) -> None:
+        if self._activate("StopAllReplaysRequest"):
+            with self._answering_errors(correlation_id):
+                self._conductor.stop_all_replays(self, correlation_id, recording_id)
+
+    def on_list_recordings(self, correlation_id: int, from_recording_id: int, record_count: int) -> None:
+        if self._activate("ListRecordingsRequest"):
+            with self._answering_errors(correlation_id):
+                self._conductor.list_recordings(self, correlation_id, from_recording_id, record_count)
+
+    def on_list_recordings_for_uri(self, correlation_id: int, from_recording_id: int, record_count: int,
+                                   stream_id: int, channel: str) -> None:
+        if self._activate("ListRecordingsForUriRequest"):
+            with self._answering_errors(correlation_id):
+                self._conductor.list_recordings_for_uri(self, correlation_id, from_recording_id, record_count,
+                                                        stream_id, channel)
+
+    def on_list_recording(self, correlation_id: int, recording_id: int) -> None:
+        if self._activate("ListRecordingRequest"):
+            with self._answering_errors(correlation_id):
+                self._conductor.list_recording(self, correlation_id, recording_id)
+
+    def on_list_recording_subscriptions(self, correlation_id: int, pseudo_index: int, subscription_count: int,
+                                        apply_stream_id: bool, stream_id: int, channel: str) -> None:
+        if self._activate("ListRecordingSubscriptionsRequest"):
+            with self._answering_errors(correlation_id):
+                self._conductor.list_recording_subscriptions(self, correlation_id, pseudo_index,
+                                                             subscription_count, apply_stream_id, stream_id,
+                                                             channel)
+
+    def on_get_recording_position(self, correlation_id: int, recording_id: int) -> None:
+        if self._activate("RecordingPositionRequest"):
+            with self._answering_errors(correlation_id):
+                self._conductor.get_recording_position(self, correlation_id, recording_id)
+
+    def on_get_stop_position(self, correlation_id: int, recording_id: int) -> None:
+        if self._activate("StopPositionRequest"):
+            with self._answering_errors(correlation_id):
+                self._conductor.get_stop_position(self, correlation_id, recording_id)
+
+    def on_get_start_position(self, correlation_id: int, recording_id: int) -> None:
+        if self._activate("StartPositionRequest"):
+            with self._answering_errors(correlation_id):
+                self._conductor.get_start_position(self, correlation_id, recording_id)
+
+    def on_get_max_recorded_position(self, correlation_id: int, recording_id: int) -> None:
+        if self._activate("MaxRecordedPositionRequest"):
+            with self._answering_errors(correlation_id):
+                self._conductor.get_max_recorded_position(self, correlation_id, recording_id)
+
+    def on_find_last_matching_recording(self, correlation_id: int, min_recording_id: int, session_id: int,
+                                        stream_id: int, channel: str) -> None:
+        if self._activate("FindLastMatchingRecordingRequest"):
+            with self._answering_errors(correlation_id):
+                self._conductor.find_last_matching_recording(self, correlation_id, min_recording_id, session_id,
+                                                             stream_id, channel)
+
+    def on_truncate_recording(self, correlation_id: int, recording_id: int, position: int) -> None:
+        if self._activate("TruncateRecordingRequest"):
+            with self._answering_errors(correlation_id):
+                self._conductor.truncate_recording(self, correlation_id, recording_id, position)
+
+    def on_purge_recording(self, correlation_id: int, recording_id: int) -> None:
+        if self._activate("PurgeRecordingRequest"):
+            with self._answering_errors(correlation_id):
+                self._conductor.purge_recording(self, correlation_id, recording_id)
+
+    def on_archive_id(self, correlation_id: int) -> None:
+        if self._activate("ArchiveIdRequest"):
+            self.send_ok(correlation_id, self._conductor.archive_id)

@@ -41,7 +41,7 @@ class DeleteSegmentsSession:
     def abort(self, reason: str = "") -> None:
         """Deletion is never abandoned half way: the catalog already says these files are gone."""
 
-    def do_work(self) -> int:
+    def do_work(self, now_ns: int) -> int:
         if self.state is DeleteSegmentsState.AWAIT_REPLAYS_STOP:
             if self._replays_active():
                 return 0

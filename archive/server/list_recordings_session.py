@@ -1,7 +1,8 @@
 """Listing sessions: stream descriptors to one control session a few at a time (Aeron's `List*Session`).
 
 A listing scans at most `MAX_SCANS_PER_WORK_CYCLE` catalog entries per duty cycle and pauses while the client's
-responses are queued, so a huge catalog or a slow client never stalls the conductor.
+responses are queued, so a huge catalog or a slow client never stalls the conductor. It answers through a
+`ControlResponder` (the requesting control session), so it needs neither the control session nor the conductor.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from aeron_archive_spark.archive.constants import ControlResponseCode
+from aeron_archive_spark.archive.server.conductor_port import ControlResponder
 
 if TYPE_CHECKING:
     from aeron_archive_spark.archive.descriptor import RecordingDescriptor
-    from aeron_archive_spark.archive.server.control_session import ControlSession
     from aeron_archive_spark.archive.storage.catalog import Catalog
 
 log = logging.getLogger(__name__)
@@ -25,7 +26,7 @@ MAX_SCANS_PER_WORK_CYCLE = 64
 class ListRecordingsSession:
     """ListRecordings / ListRecordingsForUri: up to `count` matching descriptors from `from_id` upwards."""
 
-    def __init__(self, control_session: ControlSession, catalog: Catalog, correlation_id: int, from_id: int,
+    def __init__(self, control_session: ControlResponder, catalog: Catalog, correlation_id: int, from_id: int,
                  count: int, matches: Callable[[RecordingDescriptor], bool] | None = None) -> None:
         self._control_session = control_session
         self.owner_id = control_session.control_session_id
@@ -53,7 +54,7 @@ class ListRecordingsSession:
     def close(self) -> None:
         self._done = True
 
-    def do_work(self) -> int:
+    def do_work(self, now_ns: int) -> int:
         if self._done:
             return 0
         work = 0

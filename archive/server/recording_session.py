@@ -2,12 +2,14 @@
 
 Runs on the recorder thread. Each duty cycle block-polls the image straight into `RecordingWriter` (one
 `pwrite` per block, no per-message Python work) and then publishes the new position on the rec-pos counter.
+The write time it reports comes from the injected `nano_clock`, so a test can supply the image, the counter and
+the clock while the writer and its segment files stay real.
 """
 
 from __future__ import annotations
 
 import logging
-import time
+from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -33,7 +35,8 @@ class RecordingSession:
     def __init__(self, *, correlation_id: int, recording_id: int, start_position: int, join_position: int,
                  stream_id: int, original_channel: str, image: Image, position: Counter, writer: RecordingWriter,
                  block_length_limit: int, events: RecordingEventsProxy | None, totals: WorkerTotals,
-                 subscription_id: int, control_session_id: int, auto_stop: bool) -> None:
+                 subscription_id: int, control_session_id: int, auto_stop: bool,
+                 nano_clock: Callable[[], int]) -> None:
         self.correlation_id = correlation_id
         self.recording_id = recording_id
         self.start_position = start_position
@@ -49,6 +52,7 @@ class RecordingSession:
         self._limit = block_length_limit
         self._events = events
         self._totals = totals
+        self._nano_clock = nano_clock
         self._progress_position = join_position
         self.state = RecordingSessionState.INIT
         self.error: ArchiveError | None = None
@@ -69,7 +73,7 @@ class RecordingSession:
         log.debug("recording %d: %s -> %s", self.recording_id, self.state.name, state.name)
         self.state = state
 
-    def do_work(self) -> int:
+    def do_work(self, now_ns: int) -> int:
         if self._abort_requested and self.state in (RecordingSessionState.INIT, RecordingSessionState.RECORDING):
             self._set_state(RecordingSessionState.INACTIVE)
         state = self.state
@@ -104,31 +108,30 @@ class RecordingSession:
         self._writer.on_block(block)
 
     def _record(self) -> int:
-        before = time.perf_counter_ns()
+        before = self._nano_clock()
         try:
             consumed = self.image.block_poll(self._on_block, self._limit)
         except ArchiveError as ex:
             self.error = ex
             self._set_state(RecordingSessionState.INACTIVE)
             return 1
-        except Exception as ex:
+        except Exception as ex:  # any failure ends the recording, reported to its client
             self.error = ArchiveError(f"recording {self.recording_id} failed at position "
                                       f"{self._writer.position}: {ex}", ErrorCode.GENERIC)
             self._set_state(RecordingSessionState.INACTIVE)
             return 1
         if consumed > 0:
-            elapsed = time.perf_counter_ns() - before
+            elapsed = self._nano_clock() - before
             position = self._writer.position
             self.recorded_position = position
             self.position.set(position)
             totals = self._totals
             totals.total_bytes += consumed
             totals.total_time_ns += elapsed
-            if elapsed > totals.max_time_ns:
-                totals.max_time_ns = elapsed
-            if self._events is not None and position > self._progress_position:
-                if self._events.progress(self.recording_id, self.join_position, position):
-                    self._progress_position = position
+            totals.max_time_ns = max(totals.max_time_ns, elapsed)
+            if (self._events is not None and position > self._progress_position
+                    and self._events.progress(self.recording_id, self.join_position, position)):
+                self._progress_position = position
             return consumed
         if self.image.is_end_of_stream or self.image.is_closed:
             self._set_state(RecordingSessionState.INACTIVE)

@@ -4,16 +4,21 @@ Runs on the replayer thread. Each duty cycle reads at most one replay buffer (ne
 whole DATA frames in it with a bulk frame scan, rewrites their session/stream ids in bulk, and offers them as
 one block; a PAD frame becomes `append_padding`. The publication was created at the recording's
 `init-term-id`/`term-id`/`term-offset`, so replay positions equal recording positions.
+
+The session reaches its control session only through two callbacks: `send_ok` (called on the replayer thread, so
+the conductor's callback must enqueue) and `send_error`, which the conductor triggers through
+`send_pending_error` once the finished session is handed back, as Aeron's `sendPendingError` does. Time comes
+from `do_work(now_ns)` and, for the read-time statistics, the injected `nano_clock`.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from aeron_archive_spark.archive.constants import COUNTER_RECORD_ALLOCATED as RECORD_ALLOCATED
 from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
 from aeron_archive_spark.archive.native import MAX_POSITION_EXCEEDED, NOT_CONNECTED, PUBLICATION_CLOSED
 from aeron_archive_spark.archive.server.counters import WorkerTotals
@@ -26,7 +31,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RECORD_ALLOCATED = 1
 TERM_MAX_LENGTH = 1 << 30
 
 
@@ -63,8 +67,13 @@ class ReplaySession:
                  replay_position: int, replay_length: int, start_position: int, stop_position: int,
                  limit_counter: LimitCounter | None, publication: ExclusivePublication, reader: RecordingReader,
                  buffer: bytearray, term_length: int, stream_id: int, checksum: Checksum | None,
-                 connect_timeout_ns: int, totals: WorkerTotals,
-                 send_ok: Callable[[int, int], None]) -> None:
+                 connect_timeout_ns: int, totals: WorkerTotals, now_ns: int, nano_clock: Callable[[], int],
+                 send_ok: Callable[[int, int], None], send_error: Callable[[int, int, str], None]) -> None:
+        """`now_ns` is the conductor's time at the request; the replay must connect within `connect_timeout_ns`.
+
+        `send_ok(correlation_id, replay_session_id)` and `send_error(correlation_id, error_code, message)` answer
+        the requesting control session; `nano_clock` times the reads for the replayer's statistics.
+        """
         self.replay_session_id = replay_session_id
         self.correlation_id = correlation_id
         self.control_session_id = control_session_id
@@ -81,9 +90,11 @@ class ReplaySession:
         self._term_length = term_length
         self._stream_id = stream_id
         self._checksum = checksum
-        self._deadline_ns = time.monotonic_ns() + connect_timeout_ns
+        self._deadline_ns = now_ns + connect_timeout_ns
         self._totals = totals
+        self._nano_clock = nano_clock
         self._send_ok = send_ok
+        self._send_error = send_error
         self.state = ReplaySessionState.INIT
         self.error: ArchiveError | None = None
         self._abort_reason: str | None = None
@@ -116,14 +127,14 @@ class ReplaySession:
         self._set_state(ReplaySessionState.INACTIVE)
         return 1
 
-    def do_work(self) -> int:
+    def do_work(self, now_ns: int) -> int:
         if self._abort_reason is not None and self.state in (ReplaySessionState.INIT, ReplaySessionState.REPLAY):
             self._revoke = True
             self._set_state(ReplaySessionState.INACTIVE)
         state = self.state
         try:
             if state is ReplaySessionState.INIT:
-                return self._init()
+                return self._init(now_ns)
             if state is ReplaySessionState.REPLAY:
                 return self._replay()
         except ArchiveError as ex:
@@ -136,8 +147,7 @@ class ReplaySession:
             return 1
         return 0
 
-    def _init(self) -> int:
-        now = time.monotonic_ns()
+    def _init(self, now: int) -> int:
         if not self._ok_sent:
             if not self._reader.segment_exists(self.replay_position):
                 if now > self._deadline_ns:
@@ -226,14 +236,13 @@ class ReplaySession:
         position = self.replay_position
         term_offset = position & (self._term_length - 1)
         length = min(self.stop_position - position, len(self._buffer), self._term_length - term_offset)
-        before = time.perf_counter_ns()
+        before = self._nano_clock()
         read = self._reader.read_into(self._view, position, length)
-        elapsed = time.perf_counter_ns() - before
+        elapsed = self._nano_clock() - before
         totals = self._totals
         totals.total_bytes += read
         totals.total_time_ns += elapsed
-        if elapsed > totals.max_time_ns:
-            totals.max_time_ns = elapsed
+        totals.max_time_ns = max(totals.max_time_ns, elapsed)
         scan = frames.scan_frames(self._view, 0, read)
         if scan.count == 0 and scan.pad_offset < 0:
             raise ArchiveError(f"unexpected end of recording at position={position} of recordingId="
@@ -256,6 +265,7 @@ class ReplaySession:
         self._batch_position = position
 
     def _checksum_mismatch(self, scan: frames.FrameScan) -> int:
+        assert self._checksum is not None
         return first_checksum_mismatch(self._view, scan, self._checksum)
 
     def _close_resources(self) -> None:
@@ -266,6 +276,11 @@ class ReplaySession:
                 self.publication.revoke()
             else:
                 self.publication.close()
+
+    def send_pending_error(self) -> None:
+        """Conductor thread, once the replayer has handed the finished session back: report a failure, if any."""
+        if self.error is not None:
+            self._send_error(self.correlation_id, self.error.error_code, self.error.message)
 
     def close(self) -> None:
         if self.state is not ReplaySessionState.DONE:

@@ -6,10 +6,14 @@ from typing import Protocol
 
 
 class Session(Protocol):
-    """One long-running operation with an explicit state machine, driven by `do_work` on one agent thread."""
+    """One long-running operation with an explicit state machine, driven by `do_work` on one agent thread.
 
-    def do_work(self) -> int:
-        """Advance the state machine; return the amount of work done (0 lets the agent idle)."""
+    Sessions never read a clock for their state machine: the agent reads it once per duty cycle and passes `now_ns`
+    (monotonic nanoseconds) in, so one cycle sees one time and a test can step time by hand.
+    """
+
+    def do_work(self, now_ns: int) -> int:
+        """Advance the state machine at time `now_ns`; return the amount of work done (0 lets the agent idle)."""
 
     def is_done(self) -> bool: ...
 

@@ -1,0 +1,333 @@
+"""Fakes of the Aeron-facing objects and clocks the server sessions use, for unit tests without a media driver.
+
+Only what talks to Aeron is faked here (publications, images, counters, the conductor as a control session sees
+it, the control session as a listing sees it) plus the clocks; catalogs, segment files, writers and readers in
+the tests are the real storage classes over temporary directories.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aeron_archive_spark.archive.codecs import CODEC
+from aeron_archive_spark.archive.constants import PROTOCOL_SEMANTIC_VERSION, ControlResponseCode, RecordingSignal
+from aeron_archive_spark.archive.native import BACK_PRESSURED, NOT_CONNECTED
+from aeron_archive_spark.archive.server.authenticator import Authenticator
+from aeron_archive_spark.archive.server.control_session import ControlSession, ControlSessionState
+from aeron_archive_spark.archive.server.session import Session
+from aeron_archive_spark.archive.storage import frames
+
+MS = 1_000_000  # nanoseconds
+SECOND = 1_000 * MS
+
+
+class FakeClock:
+    """A clock that only moves when told to; callable like `time.monotonic_ns` (or an epoch-ms clock)."""
+
+    def __init__(self, now: int = 1_000 * SECOND, step: int = 0) -> None:
+        self.now = now
+        self.step = step  # added after every reading, to make elapsed times visible
+        self.readings = 0
+
+    def __call__(self) -> int:
+        self.readings += 1
+        value = self.now
+        self.now += self.step
+        return value
+
+    def advance(self, delta: int) -> int:
+        self.now += delta
+        return self.now
+
+
+def decode(message: bytes) -> Any:
+    """A control-protocol message as the client would decode it."""
+    return CODEC.decode(message)
+
+
+class FakeResponsePublication:
+    """A control session's response publication: connects when told, refuses offers while back-pressured."""
+
+    def __init__(self, connected: bool = False) -> None:
+        self.is_connected = connected
+        self.back_pressured = False
+        self.offered: list[bytes] = []
+        self.refused = 0
+        self.closed = False
+        self._position = 0
+
+    def offer(self, data: bytes, /) -> int:
+        if not self.is_connected:
+            self.refused += 1
+            return NOT_CONNECTED
+        if self.back_pressured:
+            self.refused += 1
+            return BACK_PRESSURED
+        self.offered.append(bytes(data))
+        self._position += frames.align(len(data) + frames.HEADER_LENGTH, frames.FRAME_ALIGNMENT)
+        return self._position
+
+    def close(self) -> None:
+        self.closed = True
+
+    def messages(self) -> list[Any]:
+        return [decode(m) for m in self.offered]
+
+    def names(self) -> list[str]:
+        return [m.name for m in self.messages()]
+
+
+class FakeConductor:
+    """The `ConductorPort` a control session talks to: records each request with its typed arguments.
+
+    `fail_with` makes the next request raise (as the conductor does when it refuses a request); `publication`
+    is what `add_response_publication` hands out, unless `add_publication_error` is set.
+    """
+
+    archive_id = 4242
+
+    def __init__(self) -> None:
+        self.publication = FakeResponsePublication()
+        self.publications_added: list[tuple[str, int]] = []
+        self.add_publication_error: Exception | None = None
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        self.fail_with: Exception | None = None
+
+    def add_response_publication(self, channel: str, stream_id: int) -> FakeResponsePublication:
+        self.publications_added.append((channel, stream_id))
+        if self.add_publication_error is not None:
+            raise self.add_publication_error
+        return self.publication
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def request(*args: Any) -> None:
+            self.calls.append((name, args))
+            if self.fail_with is not None:
+                error, self.fail_with = self.fail_with, None
+                raise error
+
+        return request
+
+
+@dataclass
+class Response:
+    kind: str  # "ok", "error", "code", "descriptor", "subscription", "signal"
+    correlation_id: int
+    values: tuple[Any, ...] = ()
+
+
+@dataclass
+class FakeResponder:
+    """The requesting control session as a listing sees it (a `ControlResponder`).
+
+    While `back_pressured`, throttled descriptor sends are refused (returns False, nothing recorded), as the real
+    control session refuses them while earlier responses are still queued.
+    """
+
+    control_session_id: int = 77
+    back_pressured: bool = False
+    responses: list[Response] = field(default_factory=list)
+    active_listing: Session | None = None
+
+    def send_ok(self, correlation_id: int, relevant_id: int = 0) -> None:
+        self.responses.append(Response("ok", correlation_id, (relevant_id,)))
+
+    def send_error(self, correlation_id: int, error_code: int, message: str) -> None:
+        self.responses.append(Response("error", correlation_id, (error_code, message)))
+
+    def send_response_code(self, correlation_id: int, relevant_id: int, code: ControlResponseCode,
+                           message: str = "") -> None:
+        self.responses.append(Response("code", correlation_id, (relevant_id, code)))
+
+    def send_descriptor(self, correlation_id: int, catalog_bytes: bytes, throttle: bool = True) -> bool:
+        if throttle and self.back_pressured:
+            return False
+        self.responses.append(Response("descriptor", correlation_id, (bytes(catalog_bytes),)))
+        return True
+
+    def send_subscription_descriptor(self, correlation_id: int, subscription_id: int, stream_id: int,
+                                     stripped_channel: str) -> bool:
+        if self.back_pressured:
+            return False
+        self.responses.append(Response("subscription", correlation_id, (subscription_id, stream_id,
+                                                                         stripped_channel)))
+        return True
+
+    def send_signal(self, correlation_id: int, recording_id: int, subscription_id: int, position: int,
+                    signal: RecordingSignal) -> None:
+        self.responses.append(Response("signal", correlation_id, (recording_id, subscription_id, position, signal)))
+
+    def of_kind(self, kind: str) -> list[Response]:
+        return [r for r in self.responses if r.kind == kind]
+
+
+class FakeCounter:
+    """A rec-pos counter: the recording session only sets it."""
+
+    def __init__(self, counter_id: int = 9, value: int = 0) -> None:
+        self.counter_id = counter_id
+        self.value = value
+        self.history: list[int] = []
+        self.closed = False
+
+    def set(self, value: int) -> None:
+        self.value = value
+        self.history.append(value)
+
+    def get(self) -> int:
+        return self.value
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeCountersReader:
+    """Counter values by id, as the replay's `LimitCounter` reads them (value, state, registration id)."""
+
+    ALLOCATED = 1
+    RECLAIMED = 2
+
+    def __init__(self) -> None:
+        self.values: dict[int, int] = {}
+        self.states: dict[int, int] = {}
+        self.registrations: dict[int, int] = {}
+
+    def allocate(self, counter_id: int, value: int, registration_id: int = 1000) -> None:
+        self.values[counter_id] = value
+        self.states[counter_id] = self.ALLOCATED
+        self.registrations[counter_id] = registration_id
+
+    def get(self, counter_id: int) -> int:
+        return self.values.get(counter_id, 0)
+
+    def state(self, counter_id: int) -> int:
+        return self.states.get(counter_id, 0)
+
+    def registration_id(self, counter_id: int) -> int:
+        return self.registrations.get(counter_id, -1)
+
+
+class FakeImage:
+    """An image that hands the recorder prepared blocks, one per `block_poll`, like `Image.blockPoll`.
+
+    `blocks` are (position, bytes) pairs as `StreamBuilder.blocks()` yields them; more can be appended while the
+    session runs. `poll_error` makes the next poll raise (a failing native call).
+    """
+
+    def __init__(self, blocks: Iterable[tuple[int, bytes]] = (), *, session_id: int = 42,
+                 source_identity: str = "aeron:ipc") -> None:
+        self.blocks = list(blocks)
+        self.session_id = session_id
+        self.source_identity = source_identity
+        self.is_end_of_stream = False
+        self.is_closed = False
+        self.poll_error: Exception | None = None
+        self.polls = 0
+        self.closed_by_session = False
+
+    def block_poll(self, handler: Callable[[memoryview, int, int], object], block_length_limit: int) -> int:
+        self.polls += 1
+        if self.poll_error is not None:
+            raise self.poll_error
+        if not self.blocks:
+            return 0
+        _, block = self.blocks.pop(0)
+        handler(memoryview(block), self.session_id, 0)
+        return len(block)
+
+    def close(self) -> None:
+        self.closed_by_session = True
+
+
+@dataclass
+class Offer:
+    position: int
+    data: bytes
+    is_padding: bool = False
+
+
+class FakeReplayPublication:
+    """The replay's exclusive publication: connects when told; `results` scripts the next offer outcomes."""
+
+    def __init__(self, session_id: int = 555, stream_id: int = 66, initial_position: int = 0) -> None:
+        self.session_id = session_id
+        self.stream_id = stream_id
+        self.is_connected = False
+        self.available_window = 1 << 20
+        self.position = initial_position
+        # Scripted outcomes of the next offers, in order: a negative Aeron code refuses, None accepts.
+        self.results: list[int | None] = []
+        self.offers: list[Offer] = []
+        self.refused = 0
+        self.revoked = False
+        self.closed = False
+
+    def _scripted(self) -> int | None:
+        result = self.results.pop(0) if self.results else None
+        if result is not None:
+            self.refused += 1
+        return result
+
+    def offer_block(self, block: Any) -> int:
+        scripted = self._scripted()
+        if scripted is not None:
+            return scripted
+        data = bytes(block)
+        self.offers.append(Offer(self.position, data))
+        self.position += len(data)
+        return self.position
+
+    def append_padding(self, length: int) -> int:
+        scripted = self._scripted()
+        if scripted is not None:
+            return scripted
+        total = frames.align(length + frames.HEADER_LENGTH, frames.FRAME_ALIGNMENT)
+        self.offers.append(Offer(self.position, bytes(total), is_padding=True))
+        self.position += total
+        return self.position
+
+    def revoke(self) -> None:
+        self.revoked = True
+
+    def close(self) -> None:
+        self.closed = True
+
+    def data_bytes(self) -> bytes:
+        return b"".join(o.data for o in self.offers if not o.is_padding)
+
+
+class EventsPublication:
+    """The recording-events publication: keeps what was offered (events are advisory, never back-pressured)."""
+
+    def __init__(self) -> None:
+        self.offered: list[bytes] = []
+
+    def offer(self, data: bytes, reserved_value: int = 0) -> int:
+        self.offered.append(bytes(data))
+        return len(self.offered) * 64
+
+    def close(self) -> None:
+        pass
+
+    def messages(self) -> list[Any]:
+        return [decode(m) for m in self.offered]
+
+
+def active_control_session(conductor: FakeConductor, control_session_id: int = 31, image_session_id: int = 5,
+                           now_ns: int = 0) -> ControlSession:
+    """A real control session over `conductor`'s fake publication, taken through the handshake to ACTIVE."""
+    session = ControlSession(conductor, control_session_id, 1, 20, "aeron:ipc", PROTOCOL_SEMANTIC_VERSION, b"",
+                             "", image_session_id, Authenticator(), 5 * SECOND, SECOND, now_ns=now_ns,
+                             epoch_clock=lambda: 0)
+    conductor.publication.is_connected = True
+    for _ in range(4):  # INIT -> CONNECTING -> CONNECTED -> AUTHENTICATED, then the connect OK
+        session.do_work(now_ns)
+    session.on_keep_alive(1)
+    assert session.state is ControlSessionState.ACTIVE
+    conductor.publication.offered.clear()
+    return session

@@ -1,0 +1,121 @@
+"""Time flows from the context's clocks through the agent loop into `do_work(now_ns)` of every session."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from aeron_archive_spark.archive.server.agent import Agent, SessionWorker
+from aeron_archive_spark.archive.server.context import ArchiveContext, epoch_time_ms
+from aeron_archive_spark.archive.server.session import Session
+from tests.unit.server.fakes import FakeClock
+
+
+class ScriptedSession:
+    """Records the times it is run at; done after `cycles` cycles, or raises when told to."""
+
+    def __init__(self, session_id: int, cycles: int = 1_000, error: Exception | None = None) -> None:
+        self._session_id = session_id
+        self.cycles = cycles
+        self.error = error
+        self.seen: list[int] = []
+        self.aborted: list[str] = []
+
+    @property
+    def session_id(self) -> int:
+        return self._session_id
+
+    def do_work(self, now_ns: int) -> int:
+        self.seen.append(now_ns)
+        if self.error is not None:
+            raise self.error
+        if self.aborted:
+            self.cycles = len(self.seen)
+        return 1
+
+    def is_done(self) -> bool:
+        return len(self.seen) >= self.cycles
+
+    def abort(self, reason: str = "") -> None:
+        self.aborted.append(reason)
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_context_defaults_to_the_system_clocks_and_keeps_injected_ones(tmp_path: object) -> None:
+    ctx = ArchiveContext(archive_dir=str(tmp_path))
+    before = time.monotonic_ns()
+    assert before <= ctx.nano_clock() <= time.monotonic_ns()
+    assert abs(ctx.epoch_clock() - time.time() * 1000) < 1_000
+    assert abs(epoch_time_ms() - time.time() * 1000) < 1_000
+    nano, epoch = FakeClock(5), FakeClock(7)
+    ctx = ArchiveContext(archive_dir=str(tmp_path), nano_clock=nano, epoch_clock=epoch).conclude()
+    assert (ctx.nano_clock(), ctx.epoch_clock()) == (5, 7)
+
+
+def test_a_session_worker_runs_every_session_at_the_cycle_time_and_hands_back_finished_ones() -> None:
+    finished: list[Session] = []
+    errors: list[BaseException] = []
+    worker = SessionWorker("worker", errors.append, finished.append, nano_clock=FakeClock())
+    short, long = ScriptedSession(1, cycles=2), ScriptedSession(2)
+    worker.add_session(short)
+    worker.add_session(long)
+    worker.do_work(100)
+    worker.do_work(250)
+    worker.do_work(400)
+    assert short.seen == [100, 250]
+    assert long.seen == [100, 250, 400]
+    assert finished == [short]
+    assert errors == []
+
+
+def test_a_failing_session_is_reported_aborted_and_does_not_stop_the_others() -> None:
+    finished: list[Session] = []
+    errors: list[BaseException] = []
+    worker = SessionWorker("worker", errors.append, finished.append, nano_clock=FakeClock())
+    failing, healthy = ScriptedSession(1, error=RuntimeError("disk on fire")), ScriptedSession(2)
+    worker.add_session(failing)
+    worker.add_session(healthy)
+    worker.do_work(10)
+    assert [str(e) for e in errors] == ["disk on fire"]
+    assert failing.aborted == ["disk on fire"]
+    assert healthy.seen == [10]
+
+
+def test_closing_a_worker_aborts_its_sessions_and_runs_them_to_done_on_its_clock() -> None:
+    finished: list[Session] = []
+    clock = FakeClock(now=7_000, step=1)
+    worker = SessionWorker("worker", lambda ex: None, finished.append, nano_clock=clock)
+    running, queued = ScriptedSession(1), ScriptedSession(2)
+    worker.add_session(running)
+    worker.do_work(5_000)
+    worker.add_session(queued)
+    worker.on_close()
+    assert running.aborted == ["archive closing"]
+    assert queued.aborted == ["archive closing"]
+    assert running.seen == [5_000, 7_000]
+    assert queued.seen == [7_001]
+    assert finished == [running, queued]
+
+
+def test_the_agent_loop_reads_its_clock_once_per_cycle_and_passes_that_time_down() -> None:
+    clock = FakeClock(now=1_000, step=10)
+    seen: list[int] = []
+    stopped = threading.Event()
+
+    class Counting(Agent):
+        def do_work(self, now_ns: int) -> int:
+            seen.append(now_ns)
+            if len(seen) == 3:
+                self._running.clear()
+                stopped.set()
+            return 1
+
+    agent = Counting("counting", lambda ex: None, nano_clock=clock)
+    agent.start()
+    assert stopped.wait(5)
+    agent.close()
+    # Each cycle: one reading for `now`, one to measure the cycle's duration.
+    assert seen == [1_000, 1_020, 1_040]
+    assert agent.max_cycle_time_ns == 10

@@ -1,0 +1,441 @@
+"""ReplaySession state by state: INIT → REPLAY → INACTIVE → DONE, with a fake publication, counters and clocks.
+
+The recording is written with the real `RecordingWriter` into a temporary archive directory and read back by the
+real `RecordingReader`; replayed frames must equal the recorded ones with the publication's session and stream
+ids, at the same positions.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from aeron_archive_spark.archive.exceptions import ErrorCode
+from aeron_archive_spark.archive.native import BACK_PRESSURED, MAX_POSITION_EXCEEDED, NOT_CONNECTED
+from aeron_archive_spark.archive.server.counters import WorkerTotals
+from aeron_archive_spark.archive.server.replay_session import LimitCounter, ReplaySession, ReplaySessionState
+from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
+from aeron_archive_spark.archive.storage.recording_writer import RecordingWriter
+from aeron_archive_spark.archive.storage.segments import segment_file_name
+from tests.unit.server.fakes import SECOND, FakeClock, FakeCountersReader, FakeReplayPublication
+from tests.unit.storage_helpers import INITIAL_TERM_ID, SEGMENT_LENGTH, STREAM_ID, TERM_LENGTH, StreamBuilder
+
+RECORDING_ID = 3
+REPLAY_SESSION_ID = (1 << 32) | 555
+CORRELATION_ID = 71
+CONNECT_TIMEOUT_NS = 5 * SECOND
+REPLAY_SESSION = 555  # the replay publication's session id
+REPLAY_STREAM = 66
+LIMIT_COUNTER_ID = 12
+READ_TIME_NS = 700
+State = ReplaySessionState
+MAX_LENGTH = (1 << 63) - 1
+
+
+def build(session_id: int, stream_id: int, fill: Callable[[StreamBuilder], object]) -> StreamBuilder:
+    builder = StreamBuilder(session_id=session_id, stream_id=stream_id)
+    fill(builder)
+    return builder
+
+
+class Recording:
+    """A recording on disk plus the same stream as a replay to REPLAY_SESSION/REPLAY_STREAM must look."""
+
+    def __init__(self, archive_dir: Path, fill: Callable[[StreamBuilder], object]) -> None:
+        self.archive_dir = archive_dir
+        self.recorded = build(42, STREAM_ID, fill)
+        self.replayed = build(REPLAY_SESSION, REPLAY_STREAM, fill)
+        with RecordingWriter(archive_dir, RECORDING_ID, 0, 0, TERM_LENGTH, SEGMENT_LENGTH) as writer:
+            writer.init()
+            for _, block in self.recorded.blocks():
+                writer.on_block(block)
+
+    @property
+    def stop_position(self) -> int:
+        return self.recorded.position
+
+    def frame_positions(self) -> list[int]:
+        return [f.position for f in self.recorded.frames if not f.is_pad]
+
+    def expected(self, from_position: int, to_position: int) -> bytes:
+        """The DATA frames a replay of [from, to) must offer, ids rewritten (a frame starting before `to` counts)."""
+        return b"".join(f.data for f in self.replayed.frames
+                        if not f.is_pad and from_position <= f.position < to_position)
+
+    def segment(self, base: int = 0) -> Path:
+        return self.archive_dir / segment_file_name(RECORDING_ID, base)
+
+
+def messages(count: int, length: int = 200) -> Callable[[StreamBuilder], object]:
+    return lambda b: b.append_many([length] * count)
+
+
+class Rig:
+    def __init__(self, archive_dir: Path, *, replay_position: int = 0, replay_length: int | None = None,
+                 stop_position: int, limit_counter: LimitCounter | None = None, buffer_length: int = 4096) -> None:
+        self.clock = FakeClock()
+        self.io_clock = FakeClock(step=READ_TIME_NS)
+        self.start_ns = self.clock.now
+        self.publication = FakeReplayPublication(REPLAY_SESSION, REPLAY_STREAM, initial_position=replay_position)
+        self.reader = RecordingReader(archive_dir, RECORDING_ID, 0, TERM_LENGTH, SEGMENT_LENGTH, INITIAL_TERM_ID,
+                                      STREAM_ID)
+        self.totals = WorkerTotals()
+        self.oks: list[tuple[int, int]] = []
+        self.errors: list[tuple[int, int, str]] = []
+        length = stop_position - replay_position if replay_length is None else replay_length
+        self.session = ReplaySession(
+            replay_session_id=REPLAY_SESSION_ID, correlation_id=CORRELATION_ID, control_session_id=9,
+            recording_id=RECORDING_ID, replay_position=replay_position, replay_length=length, start_position=0,
+            stop_position=stop_position, limit_counter=limit_counter, publication=self.publication,
+            reader=self.reader, buffer=bytearray(buffer_length), term_length=TERM_LENGTH, stream_id=STREAM_ID,
+            checksum=None, connect_timeout_ns=CONNECT_TIMEOUT_NS, totals=self.totals, now_ns=self.clock.now,
+            nano_clock=self.io_clock, send_ok=lambda c, r: self.oks.append((c, r)),
+            send_error=lambda c, code, message: self.errors.append((c, code, message)))
+
+    @property
+    def state(self) -> ReplaySessionState:
+        return self.session.state
+
+    def work(self) -> int:
+        return self.session.do_work(self.clock.now)
+
+    def start(self) -> None:
+        """INIT → REPLAY with a connected publication."""
+        self.publication.is_connected = True
+        self.work()
+        assert self.state is State.REPLAY
+
+    def run(self, max_cycles: int = 10_000) -> None:
+        for _ in range(max_cycles):
+            if self.session.is_done():
+                return
+            self.work()
+        raise AssertionError(f"replay not done after {max_cycles} cycles: {self.state}")
+
+    def offered_layout(self) -> list[tuple[int, int, bool]]:
+        return [(o.position, len(o.data), o.is_padding) for o in self.publication.offers]
+
+
+# -- INIT -----------------------------------------------------------------------------------------------------
+def test_init_waits_for_the_first_segment_file_then_fails_after_the_connect_timeout(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, stop_position=4096)
+    rig.publication.is_connected = True
+    assert rig.work() == 0
+    rig.clock.now = rig.start_ns + CONNECT_TIMEOUT_NS
+    assert rig.work() == 0
+    assert rig.state is State.INIT
+    rig.clock.advance(1)
+    rig.work()
+    assert rig.state is State.INACTIVE
+    rig.work()
+    assert rig.state is State.DONE
+    assert rig.oks == []
+    assert rig.publication.revoked
+    assert rig.session.error is not None
+    assert rig.session.error.message == (f"recording segment file not created for recordingId={RECORDING_ID} "
+                                         f"position=0")
+    assert rig.errors == []  # reported by the conductor once the replayer hands the session back
+    rig.session.send_pending_error()
+    assert rig.errors == [(CORRELATION_ID, ErrorCode.GENERIC, rig.session.error.message)]
+
+
+def test_init_confirms_the_replay_once_then_waits_for_the_publication_to_connect(tmp_path: Path) -> None:
+    recording = Recording(tmp_path, messages(10))
+    rig = Rig(tmp_path, stop_position=recording.stop_position)
+    assert rig.work() == 0
+    assert rig.oks == [(CORRELATION_ID, REPLAY_SESSION_ID)]
+    assert rig.state is State.INIT
+    rig.work()
+    assert rig.oks == [(CORRELATION_ID, REPLAY_SESSION_ID)]
+    rig.publication.is_connected = True
+    assert rig.work() == 1
+    assert rig.state is State.REPLAY
+    assert rig.publication.offers == []
+
+
+def test_a_replay_publication_that_never_connects_times_out_with_an_error(tmp_path: Path) -> None:
+    recording = Recording(tmp_path, messages(10))
+    rig = Rig(tmp_path, stop_position=recording.stop_position)
+    rig.clock.now = rig.start_ns + CONNECT_TIMEOUT_NS
+    rig.work()
+    assert rig.state is State.INIT
+    rig.clock.advance(1)
+    rig.work()
+    assert rig.state is State.INACTIVE
+    rig.work()
+    assert rig.state is State.DONE
+    assert rig.publication.revoked
+    rig.session.send_pending_error()
+    assert rig.errors == [(CORRELATION_ID, ErrorCode.GENERIC,
+                           f"no connection established for replay of recordingId={RECORDING_ID}")]
+
+
+def test_a_start_position_inside_a_frame_is_refused(tmp_path: Path) -> None:
+    recording = Recording(tmp_path, messages(10))
+    inside = recording.frame_positions()[3] + 32 * 3
+    rig = Rig(tmp_path, replay_position=inside, stop_position=recording.stop_position)
+    rig.publication.is_connected = True
+    rig.work()
+    assert rig.state is State.INACTIVE
+    assert rig.oks == []
+    assert rig.session.error is not None
+    assert rig.session.error.error_code == ErrorCode.INVALID_POSITION
+    rig.work()
+    assert rig.state is State.DONE
+    assert rig.publication.revoked
+
+
+# -- REPLAY ---------------------------------------------------------------------------------------------------
+def test_a_full_replay_offers_every_frame_at_its_position_then_closes_the_publication(tmp_path: Path) -> None:
+    recording = Recording(tmp_path, messages(100, 300))
+    rig = Rig(tmp_path, stop_position=recording.stop_position)
+    rig.start()
+    rig.run()
+    assert rig.publication.data_bytes() == recording.expected(0, recording.stop_position)
+    assert rig.publication.position == recording.stop_position
+    layout = rig.offered_layout()
+    assert layout[0][0] == 0
+    assert all(a[0] + a[1] == b[0] for a, b in itertools.pairwise(layout))
+    assert rig.publication.closed and not rig.publication.revoked
+    assert rig.session.error is None
+    assert rig.session.replay_position == recording.stop_position
+    # Read statistics: a read stops at the buffer end, so the partial frame there is read again next time.
+    assert rig.totals.total_bytes == rig.reader.total_read_bytes >= recording.stop_position
+    assert rig.totals.max_time_ns == READ_TIME_NS
+    assert rig.totals.total_time_ns % READ_TIME_NS == 0 and rig.totals.total_time_ns >= READ_TIME_NS * len(layout)
+
+
+def test_a_replay_from_a_frame_in_the_middle_starts_there(tmp_path: Path) -> None:
+    recording = Recording(tmp_path, messages(30))
+    start = recording.frame_positions()[7]
+    rig = Rig(tmp_path, replay_position=start, stop_position=recording.stop_position)
+    rig.start()
+    rig.run()
+    assert rig.publication.offers[0].position == start
+    assert rig.publication.data_bytes() == recording.expected(start, recording.stop_position)
+
+
+def test_a_replay_length_ends_the_replay_at_that_position(tmp_path: Path) -> None:
+    recording = Recording(tmp_path, messages(60, 300))
+    end = recording.frame_positions()[40]
+    rig = Rig(tmp_path, replay_length=end, stop_position=recording.stop_position)
+    rig.start()
+    rig.run()
+    assert rig.publication.data_bytes() == recording.expected(0, end)
+    assert rig.publication.position == end
+    assert rig.publication.closed and not rig.publication.revoked
+
+
+def test_a_replay_length_inside_a_frame_still_sends_that_whole_frame(tmp_path: Path) -> None:
+    recording = Recording(tmp_path, messages(20, 300))
+    frame = recording.frame_positions()[12]
+    rig = Rig(tmp_path, replay_length=frame + 32, stop_position=recording.stop_position)
+    rig.start()
+    rig.run()
+    assert rig.publication.data_bytes() == recording.expected(0, frame + 32)
+    assert rig.publication.position == recording.frame_positions()[13]
+
+
+def test_a_bounded_replay_follows_its_limit_counter_and_ends_when_the_counter_goes(tmp_path: Path) -> None:
+    recording = Recording(tmp_path, messages(60, 300))
+    positions = recording.frame_positions()
+    first_limit, second_limit = positions[20], positions[45]
+    counters = FakeCountersReader()
+    counters.allocate(LIMIT_COUNTER_ID, first_limit)
+    limit = LimitCounter(counters, LIMIT_COUNTER_ID)
+    rig = Rig(tmp_path, replay_length=MAX_LENGTH, stop_position=first_limit, limit_counter=limit)
+    rig.start()
+    for _ in range(50):
+        rig.work()
+    assert rig.state is State.REPLAY  # caught up with the limit: waits for it to move
+    assert rig.publication.position == first_limit
+    assert rig.work() == 0
+    counters.values[LIMIT_COUNTER_ID] = second_limit
+    for _ in range(50):
+        rig.work()
+    assert rig.state is State.REPLAY
+    assert rig.publication.position == second_limit
+    counters.states[LIMIT_COUNTER_ID] = FakeCountersReader.RECLAIMED
+    rig.run()
+    assert rig.publication.data_bytes() == recording.expected(0, second_limit)
+    assert rig.publication.closed and not rig.publication.revoked
+    assert rig.session.error is None
+
+
+def test_a_limit_counter_closed_after_a_last_move_lets_the_replay_reach_its_final_value(tmp_path: Path) -> None:
+    recording = Recording(tmp_path, messages(40, 300))
+    positions = recording.frame_positions()
+    counters = FakeCountersReader()
+    counters.allocate(LIMIT_COUNTER_ID, positions[10])
+    rig = Rig(tmp_path, replay_length=MAX_LENGTH, stop_position=positions[10],
+              limit_counter=LimitCounter(counters, LIMIT_COUNTER_ID))
+    rig.start()
+    for _ in range(20):
+        rig.work()
+    counters.values[LIMIT_COUNTER_ID] = positions[30]
+    counters.states[LIMIT_COUNTER_ID] = FakeCountersReader.RECLAIMED  # the recording stopped at positions[30]
+    rig.run()
+    assert rig.publication.position == positions[30]
+    assert rig.publication.data_bytes() == recording.expected(0, positions[30])
+
+
+def test_back_pressure_offers_the_same_batch_again_without_rereading(tmp_path: Path) -> None:
+    recording = Recording(tmp_path, messages(40, 300))
+    rig = Rig(tmp_path, stop_position=recording.stop_position)
+    rig.start()
+    rig.work()
+    position = rig.session.replay_position
+    read = rig.reader.total_read_bytes
+    rig.publication.results = [BACK_PRESSURED, BACK_PRESSURED]
+    assert rig.work() == 0
+    refused_batch_read = rig.reader.total_read_bytes
+    assert refused_batch_read > read  # the refused batch was read once...
+    assert rig.work() == 0
+    assert rig.session.replay_position == position
+    assert rig.reader.total_read_bytes == refused_batch_read  # ...and not again while refused
+    assert rig.work() == 1
+    assert rig.reader.total_read_bytes == refused_batch_read  # ...nor when it finally goes
+    assert rig.session.replay_position > position
+    assert rig.state is State.REPLAY
+    rig.run()
+    assert rig.publication.data_bytes() == recording.expected(0, recording.stop_position)
+    assert rig.publication.refused == 2
+
+
+def test_no_window_means_no_offer(tmp_path: Path) -> None:
+    recording = Recording(tmp_path, messages(10))
+    rig = Rig(tmp_path, stop_position=recording.stop_position)
+    rig.start()
+    rig.publication.available_window = 0
+    assert rig.work() == 0
+    assert rig.publication.offers == []
+    rig.publication.available_window = 1 << 20
+    assert rig.work() > 0
+
+
+def test_a_publication_that_is_no_longer_connected_ends_the_replay_by_revoking_it(tmp_path: Path) -> None:
+    recording = Recording(tmp_path, messages(40, 300))
+    rig = Rig(tmp_path, stop_position=recording.stop_position)
+    rig.start()
+    rig.work()
+    rig.publication.is_connected = False
+    rig.work()
+    assert rig.state is State.INACTIVE
+    rig.work()
+    assert rig.state is State.DONE
+    assert rig.publication.revoked
+    assert rig.session.error is None
+
+
+def test_an_offer_refused_as_not_connected_ends_the_replay_by_revoking(tmp_path: Path) -> None:
+    recording = Recording(tmp_path, messages(10))
+    rig = Rig(tmp_path, stop_position=recording.stop_position)
+    rig.start()
+    rig.publication.results = [NOT_CONNECTED]
+    rig.work()
+    assert rig.state is State.INACTIVE
+    rig.run()
+    assert rig.publication.revoked
+
+
+def test_max_position_exceeded_ends_the_replay_with_a_normal_close(tmp_path: Path) -> None:
+    recording = Recording(tmp_path, messages(10))
+    rig = Rig(tmp_path, stop_position=recording.stop_position)
+    rig.start()
+    rig.publication.results = [MAX_POSITION_EXCEEDED]
+    rig.run()
+    assert rig.publication.closed and not rig.publication.revoked
+
+
+def test_abort_mid_replay_stops_offering_and_revokes_the_publication(tmp_path: Path) -> None:
+    recording = Recording(tmp_path, messages(60, 300))
+    rig = Rig(tmp_path, stop_position=recording.stop_position)
+    rig.start()
+    rig.work()
+    offers = len(rig.publication.offers)
+    rig.session.abort("stopped by client")
+    assert rig.state is State.REPLAY  # the replayer thread acts on it at its next duty cycle
+    assert rig.work() == 1
+    assert rig.state is State.DONE
+    assert len(rig.publication.offers) == offers
+    assert rig.publication.revoked
+    assert rig.session.error is None
+
+
+def test_a_read_error_mid_replay_fails_the_replay_and_its_error_reaches_the_control_session(
+        tmp_path: Path) -> None:
+    recording = Recording(tmp_path, messages(80, 300))
+    corrupt_at = recording.frame_positions()[50]
+    with open(recording.segment(), "r+b") as f:  # a torn recording: zeros where a frame should be
+        f.seek(corrupt_at)
+        f.write(bytes(1024))
+    rig = Rig(tmp_path, stop_position=recording.stop_position)
+    rig.start()
+    rig.run()
+    assert rig.publication.revoked
+    assert rig.publication.data_bytes() == recording.expected(0, corrupt_at)
+    expected = f"unexpected end of recording at position={corrupt_at} of recordingId={RECORDING_ID}"
+    assert rig.session.error is not None and rig.session.error.message == expected
+    rig.session.send_pending_error()
+    assert rig.errors == [(CORRELATION_ID, ErrorCode.GENERIC, expected)]
+
+
+def test_a_missing_segment_mid_replay_is_an_error(tmp_path: Path) -> None:
+    recording = Recording(tmp_path, lambda b: b.fill_to(SEGMENT_LENGTH + 8192, 400))
+    os.remove(recording.segment(SEGMENT_LENGTH))
+    rig = Rig(tmp_path, stop_position=recording.stop_position, buffer_length=TERM_LENGTH)
+    rig.start()
+    rig.run()
+    assert rig.publication.revoked
+    assert rig.session.error is not None
+    assert "recording segment not found" in rig.session.error.message
+
+
+def test_a_pad_at_the_end_of_a_term_becomes_padding_on_the_publication(tmp_path: Path) -> None:
+    def fill(b: StreamBuilder) -> None:
+        b.fill_to(TERM_LENGTH - 1000, 300)
+        b.append(2000)  # does not fit in the rest of the term: PAD to the term end first
+        b.append_many([300] * 5)
+
+    recording = Recording(tmp_path, fill)
+    (pad,) = [f for f in recording.recorded.frames if f.is_pad]
+    rig = Rig(tmp_path, stop_position=recording.stop_position)
+    rig.start()
+    rig.run()
+    padding = [o for o in rig.publication.offers if o.is_padding]
+    assert [(o.position, len(o.data)) for o in padding] == [(pad.position, TERM_LENGTH - pad.position)]
+    assert rig.publication.data_bytes() == recording.expected(0, recording.stop_position)
+    after = [o for o in rig.publication.offers if o.position >= TERM_LENGTH]
+    assert after[0].position == TERM_LENGTH
+    assert rig.publication.position == recording.stop_position
+
+
+def test_padding_refused_by_back_pressure_is_appended_on_a_later_cycle(tmp_path: Path) -> None:
+    def fill(b: StreamBuilder) -> None:
+        b.fill_to(TERM_LENGTH - 600, 300)
+        b.append(2000)
+        b.append_many([300] * 3)
+
+    recording = Recording(tmp_path, fill)
+    (pad,) = [f for f in recording.recorded.frames if f.is_pad]
+    start = [p for p in recording.frame_positions() if p < pad.position][-2]
+    rig = Rig(tmp_path, replay_position=start, stop_position=recording.stop_position)
+    rig.start()
+    rig.publication.results = [None, BACK_PRESSURED]  # the frames before the pad go, the pad does not
+    rig.work()
+    assert rig.session.replay_position == pad.position
+    assert not any(o.is_padding for o in rig.publication.offers)
+    rig.run()
+    assert [(o.position, o.is_padding) for o in rig.publication.offers if o.is_padding] == [(pad.position, True)]
+    assert rig.publication.position == recording.stop_position
+    assert rig.publication.data_bytes() == recording.expected(start, recording.stop_position)
+
+
+def test_close_before_done_releases_the_publication(tmp_path: Path) -> None:
+    recording = Recording(tmp_path, messages(10))
+    rig = Rig(tmp_path, stop_position=recording.stop_position)
+    rig.session.close()
+    assert rig.state is State.DONE
+    assert rig.publication.closed
