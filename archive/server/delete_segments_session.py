@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable
 from enum import Enum
 
+from aeron_archive_spark.archive.exceptions import ArchiveError
 from aeron_archive_spark.archive.storage.segments import delete_segment_file
 
 log = logging.getLogger(__name__)
@@ -58,9 +59,10 @@ class DeleteSegmentsSession:
         return 0
 
     def _delete(self, name: str) -> None:
+        """A file that cannot be removed is reported, never raised: the conductor (and its close) must go on."""
         try:
             delete_segment_file(self._archive_dir, name)
-        except OSError as ex:
+        except (ArchiveError, OSError) as ex:
             self.errors.append(f"failed to delete {name}: {ex}")
             log.warning("recording %d: failed to delete %s: %s", self.recording_id, name, ex)
 

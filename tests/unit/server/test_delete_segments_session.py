@@ -103,3 +103,16 @@ def test_close_ends_the_session(tmp_path: Path) -> None:
     rig.session.close()
     assert rig.session.is_done()
 
+
+def test_a_file_that_cannot_be_removed_is_reported_and_the_others_are_still_deleted(tmp_path: Path) -> None:
+    names = make_segments(tmp_path, RECORDING_ID, 3)
+    stuck = tmp_path / names[1]
+    stuck.unlink()
+    stuck.mkdir()  # os.remove() of a directory fails: the storage layer raises ArchiveError for it
+    (stuck / "keep").write_bytes(b"x")
+    rig = Rig(tmp_path, names)
+    while rig.state is not State.DONE:
+        rig.work()
+    assert not (tmp_path / names[0]).exists() and not (tmp_path / names[2]).exists()
+    assert len(rig.session.errors) == 1 and names[1] in rig.session.errors[0]
+    assert rig.done == [rig.session]
