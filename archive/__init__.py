@@ -1,7 +1,8 @@
 """A Python Aeron Archive: record Aeron streams to disk, replay, extend, truncate and query them.
 
 Byte-compatible with Aeron Archive 1.52/1.53 directories (segment files, `archive.catalog`) and its SBE
-control protocol (schema id 101). The client is imported lazily so that `import aeron_archive_spark.archive` stays cheap.
+control protocol (schema id 101). The client is imported lazily so that `import aeron_archive_spark.archive`
+stays cheap.
 """
 
 from __future__ import annotations

@@ -53,7 +53,8 @@ class ArchiveError(Exception):
         suffix = f", correlationId={self.correlation_id}" if self.correlation_id != -1 else ""
         return f"{self.error_code_name}: {self.message}{suffix}"
 
-    def __reduce__(self):  # keep code and correlation id across pickling (Spark executors)
+    def __reduce__(self) -> tuple[type[ArchiveError], tuple[str, int, int]]:
+        # Keep code and correlation id across pickling (Spark executors).
         return (self.__class__, (self.message, self.error_code, self.correlation_id))
 
 

@@ -11,8 +11,12 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSource
 
 if TYPE_CHECKING:
-    from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, DataSourceStreamWriter, \
-        DataSourceWriter
+    from pyspark.sql.datasource import (
+        DataSourceReader,
+        DataSourceStreamReader,
+        DataSourceStreamWriter,
+        DataSourceWriter,
+    )
     from pyspark.sql.types import StructType
 
 NAME = "aeron-archive"

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import StreamingQueryListener
 
 log = logging.getLogger(__name__)
 

@@ -63,7 +63,7 @@ def export_recording(archive_dir: str, recording_id: int, to: str, sbe_schema: s
         source.close()
 
 
-def add_subparser(sub: argparse._SubParsersAction) -> None:
+def add_subparser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     export = sub.add_parser("export", help="write one recording's messages to a Parquet file (offline)")
     export.add_argument("recording_id", type=int)
     export.add_argument("--dir", required=True, help="archive directory")

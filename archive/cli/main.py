@@ -9,10 +9,14 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
+from typing import TYPE_CHECKING
 
 from aeron_archive_spark.archive import constants as c
+
+if TYPE_CHECKING:
+    from aeron_archive_spark.archive.storage.catalog import Catalog
 
 log = logging.getLogger("aeron_archive_spark.archive.cli")
 
@@ -64,7 +68,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _open_catalog(archive_dir: str):
+def _open_catalog(archive_dir: str) -> Catalog:
     from aeron_archive_spark.archive.storage.catalog import Catalog
     if not os.path.isfile(os.path.join(archive_dir, c.CATALOG_FILE_NAME)):
         raise SystemExit(f"aeron-archive: no {c.CATALOG_FILE_NAME} in {archive_dir}")
@@ -129,7 +133,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 CLI_ENTRY_POINTS = "aeron_archive_spark.cli"
 
 
-def _add_plugin_verbs(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_plugin_verbs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     for entry in sorted(entry_points(group=CLI_ENTRY_POINTS), key=lambda e: e.name):
         try:
             entry.load()(sub)
@@ -197,8 +201,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=max(level, logging.DEBUG), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from aeron_archive_spark.archive.exceptions import ArchiveError
+    func: Callable[[argparse.Namespace], int] = args.func  # set by each subcommand's set_defaults
     try:
-        return args.func(args)
+        return func(args)
     except (ValueError, ArchiveError) as ex:
         print(f"aeron-archive: {ex}", file=sys.stderr)
         return 2

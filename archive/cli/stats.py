@@ -29,7 +29,7 @@ def collect(aeron_dir: str, include_all: bool = False) -> list[dict[str, object]
         ]
 
 
-def add_subparser(sub: argparse._SubParsersAction) -> None:
+def add_subparser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     stats = sub.add_parser("stats", help="the archive counters of a running media driver (like AeronStat)")
     stats.add_argument("--aeron-dir", help="media driver directory (default: $AERON_DIR or Aeron's default)")
     stats.add_argument("--all", action="store_true", help="every counter of the driver, not only the archive's")

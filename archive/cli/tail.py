@@ -6,8 +6,12 @@ import argparse
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from aeron_archive_spark.archive import constants as c
+
+if TYPE_CHECKING:
+    from aeron_archive_spark.archive.native import HeaderValues
 
 
 def _render(data: memoryview, position: int, fmt: str, limit: int) -> str:
@@ -20,7 +24,7 @@ def _render(data: memoryview, position: int, fmt: str, limit: int) -> str:
     return f"{position:>14} {len(data):>8}  {raw.hex(' ')}{more}"
 
 
-def add_subparser(sub: argparse._SubParsersAction) -> None:
+def add_subparser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     tail = sub.add_parser("tail", help="print a recording's messages as they are recorded (follow replay)")
     tail.add_argument("recording_id", type=int)
     tail.add_argument("--aeron-dir", help="media driver directory (default: $AERON_DIR or Aeron's default)")
@@ -60,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
                                      position=position, length=c.REPLAY_ALL_AND_FOLLOW)
         printed = 0
 
-        def on_message(data: memoryview, header) -> None:
+        def on_message(data: memoryview, header: HeaderValues) -> None:
             nonlocal printed
             print(_render(data, header.start_position, args.format, args.max_bytes), flush=True)
             printed += 1

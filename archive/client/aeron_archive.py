@@ -159,7 +159,8 @@ class AeronArchive:
             for msg in self._poll_messages():
                 if msg.template_id == t.CONTROL_RESPONSE and msg.correlation_id == correlation_id:
                     if msg.code == ControlResponseCode.OK:
-                        return msg.relevant_id
+                        control_session_id: int = msg.relevant_id  # ControlResponse.relevantId, an int64
+                        return control_session_id
                     raise ArchiveError(f"connect failed: {msg.error_message}", msg.relevant_id, correlation_id)
                 if msg.template_id == t.CHALLENGE and msg.correlation_id == correlation_id:
                     if on_challenge is None:
@@ -256,7 +257,8 @@ class AeronArchive:
     def _request_ok(self, message_name: str, **fields: Any) -> int:
         with self._lock:
             correlation_id = self._request(message_name, **fields)
-            return self._await_response(correlation_id, message_name).relevant_id
+            relevant_id: int = self._await_response(correlation_id, message_name).relevant_id  # an int64
+            return relevant_id
 
     # -- recording -----------------------------------------------------------------------------------------
     def start_recording(self, channel: str, stream_id: int, source_location: SourceLocation = SourceLocation.LOCAL,

@@ -37,26 +37,27 @@ import operator
 import re
 import struct
 import xml.etree.ElementTree as ET
-from xml.etree import ElementInclude
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping, NamedTuple, Union
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, cast
+from xml.etree import ElementInclude
 
 if TYPE_CHECKING:
     import numpy
 
 __all__ = [
     "CodecError",
-    "SchemaError",
     "EnumSpec",
     "FieldSpec",
-    "VarFieldSpec",
-    "MessageSpec",
-    "MessageHeader",
     "Message",
+    "MessageHeader",
+    "MessageSpec",
     "SbeCodec",
+    "SchemaError",
+    "VarFieldSpec",
     "load_archive_codec",
     "snake_case",
 ]
@@ -68,7 +69,7 @@ ARCHIVE_SCHEMA_FILE = "aeron-archive-codecs.xml"
 # SBE's default maximum for a variable-length field's length (2^30), used when the schema gives no maxValue.
 DEFAULT_MAX_VAR_LENGTH = 1 << 30
 
-Buffer = Union[bytes, bytearray, memoryview]
+Buffer = bytes | bytearray | memoryview
 
 
 class CodecError(ValueError):
@@ -197,7 +198,8 @@ class MessageSpec:
     var_fields: tuple[VarFieldSpec, ...]
 
     def field(self, attr_or_name: str) -> FieldSpec | VarFieldSpec:
-        for f in (*self.fields, *self.var_fields):
+        candidates: tuple[FieldSpec | VarFieldSpec, ...] = (*self.fields, *self.var_fields)
+        for f in candidates:
             if f.attr == attr_or_name or f.name == attr_or_name:
                 return f
         raise KeyError(f"message {self.name} has no field {attr_or_name!r}")
@@ -210,7 +212,7 @@ class MessageHeader(NamedTuple):
     version: int
 
 
-class Message(tuple):
+class Message(tuple[Any, ...]):
     """A decoded message: an immutable record with fields as snake_case attributes plus header metadata.
 
     Each message of a schema gets its own subclass (named after the message), built once with the codec, so
@@ -241,7 +243,7 @@ class Message(tuple):
 
     def as_dict(self) -> dict[str, Any]:
         """Schema fields only (no metadata): fixed fields in offset order, var fields in wire order, constants."""
-        d = dict(zip(self._attrs, self))
+        d = dict(zip(self._attrs, self, strict=False))  # the tuple goes on with the header metadata
         if self._constants:
             d.update(self._constants)
         return d
@@ -273,7 +275,7 @@ _new_tuple = tuple.__new__
 def _byte_view(buffer: Any) -> Buffer:
     """bytes/bytearray as they are, anything else with the buffer protocol as a flat memoryview of bytes."""
     if type(buffer) is bytes or type(buffer) is bytearray:
-        return buffer  # type: ignore[no-any-return]
+        return buffer
     try:
         view = buffer if type(buffer) is memoryview else memoryview(buffer)
         if view.format != "B" or view.ndim != 1:
@@ -319,9 +321,9 @@ class _Compiled:
     """Everything encode/decode needs for one message, precomputed."""
 
     __slots__ = (
-        "spec", "name", "template_id", "block_length", "max_since", "wire_fields", "wire_attrs", "nulls",
-        "block_struct", "full_struct", "field_structs", "defaults", "text_fields", "constants", "var_fields",
-        "var_attrs", "var_encode", "var_layouts", "attr_set", "cls", "header_values",
+        "attr_set", "block_length", "block_struct", "cls", "constants", "defaults", "field_structs", "full_struct",
+        "header_values", "max_since", "name", "nulls", "spec", "template_id", "text_fields", "var_attrs",
+        "var_encode", "var_fields", "var_layouts", "wire_attrs", "wire_fields",
     )
 
     def __init__(self, spec: MessageSpec, order: str, header_fmt: str, header_idx: tuple[int, int, int, int],
@@ -348,8 +350,9 @@ class _Compiled:
         self.block_struct = struct.Struct(order + block_fmt)
         self.full_struct = struct.Struct(order + header_fmt + block_fmt)
         header_values = [0] * len(struct.unpack(order + header_fmt, bytes(struct.calcsize(order + header_fmt))))
-        for i, v in zip(header_idx, (spec.block_length, spec.template_id, schema_id, schema_version)):
-            header_values[i] = v
+        for i, value in zip(header_idx, (spec.block_length, spec.template_id, schema_id, schema_version),
+                            strict=True):
+            header_values[i] = value
         self.header_values = tuple(header_values)
         self.field_structs = tuple(struct.Struct(order + f.struct_format) for f in wire)
         self.defaults = tuple((f.attr, f.default) for f in wire)
@@ -376,6 +379,13 @@ class _Compiled:
 
 def _local(tag: str) -> str:
     return tag.rpartition("}")[2]
+
+
+def _is_element(node: ET.Element) -> bool:
+    """False for comments and processing instructions kept by a tree builder: their tag is the `ET.Comment` /
+    `ET.ProcessingInstruction` factory, not a str (typeshed types every child's tag as str, hence `object`)."""
+    tag: object = node.tag
+    return isinstance(tag, str)
 
 
 def _int_attr(elem: ET.Element, name: str, default: int | None = None) -> int | None:
@@ -434,9 +444,10 @@ class _SchemaParser:
         if _local(root.tag) != "messageSchema":
             raise SchemaError(f"root element is <{_local(root.tag)}>, expected <messageSchema>")
         self.root = root
-        self.schema_id = _int_attr(root, "id")
-        if self.schema_id is None:
+        schema_id = _int_attr(root, "id")
+        if schema_id is None:
             raise SchemaError("<messageSchema> has no id")
+        self.schema_id = schema_id
         self.version = _int_attr(root, "version", 0) or 0
         self.package = root.get("package", "")
         self.semantic_version = root.get("semanticVersion", "")
@@ -450,7 +461,7 @@ class _SchemaParser:
             if _local(types.tag) != "types":
                 continue
             for elem in types:
-                if not isinstance(elem.tag, str):
+                if not _is_element(elem):
                     continue
                 name = elem.get("name")
                 if name is None:
@@ -506,10 +517,11 @@ class _SchemaParser:
         elif primitive == "char":
             td.text_encoding = "ascii"
         td.optional = presence == "optional"
+        null_text, min_text, max_text = elem.get("nullValue"), elem.get("minValue"), elem.get("maxValue")
         try:
-            td.null_value = _parse_number(elem.get("nullValue"), primitive) if elem.get("nullValue") else p.null
-            td.min_value = _parse_number(elem.get("minValue"), primitive) if elem.get("minValue") else p.min
-            td.max_value = _parse_number(elem.get("maxValue"), primitive) if elem.get("maxValue") else p.max
+            td.null_value = _parse_number(null_text, primitive) if null_text else p.null
+            td.min_value = _parse_number(min_text, primitive) if min_text else p.min
+            td.max_value = _parse_number(max_text, primitive) if max_text else p.max
         except ValueError as e:
             raise SchemaError(f"type {name!r}: bad numeric attribute ({e})") from None
         if presence == "constant":
@@ -531,7 +543,7 @@ class _SchemaParser:
         primitive = "uint8" if base.primitive == "char" else base.primitive
         values: dict[str, int] = {}
         for vv in elem:
-            if not isinstance(vv.tag, str) or _local(vv.tag) != "validValue":
+            if not _is_element(vv) or _local(vv.tag) != "validValue":
                 continue
             vname = vv.get("name", "")
             text = (vv.text or "").strip()
@@ -539,8 +551,12 @@ class _SchemaParser:
                 values[vname] = ord(text) if base.primitive == "char" else int(text)
             except (TypeError, ValueError):
                 raise SchemaError(f"enum {name!r}: validValue {vname!r} has bad value {text!r}") from None
-        null = int(elem.get("nullValue")) if elem.get("nullValue") else base.null_value
-        spec = EnumSpec(name, primitive, dict(values), int(null), IntEnum(name, values))  # type: ignore[misc]
+        null_text = elem.get("nullValue")
+        null = int(null_text) if null_text else base.null_value
+        # The functional Enum API returns a new IntEnum subclass; mypy models it only for `Name = IntEnum("Name", ...)`
+        # with a literal name and types any other call as an IntEnum member.
+        python_type = cast(type[IntEnum], IntEnum(name, values))
+        spec = EnumSpec(name, primitive, dict(values), int(null), python_type)
         p = _PRIMITIVES[primitive]
         return _TypeDef("enum", name, elem, primitive=primitive, null_value=int(null), min_value=p.min,
                         max_value=p.max, enum=spec, offset=_int_attr(elem, "offset"))
@@ -552,7 +568,7 @@ class _SchemaParser:
             raise SchemaError(f"set {name!r}: encodingType {encoding!r} must be an unsigned integer")
         choices: dict[str, int] = {}
         for ch in elem:
-            if isinstance(ch.tag, str) and _local(ch.tag) == "choice":
+            if _is_element(ch) and _local(ch.tag) == "choice":
                 choices[ch.get("name", "")] = int((ch.text or "0").strip())
         p = _PRIMITIVES[base.primitive]
         return _TypeDef("set", name, elem, primitive=base.primitive, null_value=0, min_value=0,
@@ -561,7 +577,7 @@ class _SchemaParser:
     def _composite_type(self, name: str, elem: ET.Element) -> _TypeDef:
         td = _TypeDef("composite", name, elem, offset=_int_attr(elem, "offset"))
         for member in elem:
-            if not isinstance(member.tag, str):
+            if not _is_element(member):
                 continue
             td.members.append(self._parse_type_elem(member))
         return td
@@ -604,15 +620,15 @@ class _SchemaParser:
         missing = [n for n in _HEADER_FIELDS if n not in names]
         if missing:
             raise SchemaError(f"header type {self.header_type!r} lacks {', '.join(missing)}")
-        idx = tuple(names.index(n) for n in _HEADER_FIELDS)
-        return "".join(fmt), idx, cursor  # type: ignore[return-value]
+        block_length, template_id, schema_id, version = (names.index(n) for n in _HEADER_FIELDS)
+        return "".join(fmt), (block_length, template_id, schema_id, version), cursor
 
     # ---- messages ----
 
     def messages(self) -> list[MessageSpec]:
         specs = []
         for elem in self.root:
-            if isinstance(elem.tag, str) and _local(elem.tag) == "message":
+            if _is_element(elem) and _local(elem.tag) == "message":
                 specs.append(self._message(elem))
         return specs
 
@@ -659,7 +675,7 @@ class _SchemaParser:
         var_fields: list[VarFieldSpec] = []
         cursor = 0
         for child in elem:
-            if not isinstance(child.tag, str):
+            if not _is_element(child):
                 continue
             kind = _local(child.tag)
             fname = child.get("name") or ""
@@ -749,7 +765,7 @@ class SbeCodec:
     def __init__(self, root: ET.Element, source: str = "<xml>") -> None:
         parser = _SchemaParser(root)
         self.source = source
-        self.schema_id: int = parser.schema_id  # type: ignore[assignment]
+        self.schema_id: int = parser.schema_id
         self.schema_version: int = parser.version
         self.package: str = parser.package
         self.semantic_version: str = parser.semantic_version
@@ -917,7 +933,7 @@ class SbeCodec:
             values = [
                 st.unpack_from(buffer, body + f.offset)[0]
                 if f.offset + f.size <= block_length and f.since_version <= version else null
-                for f, st, null in zip(c.wire_fields, c.field_structs, c.nulls)
+                for f, st, null in zip(c.wire_fields, c.field_structs, c.nulls, strict=True)
             ]
         if c.text_fields:
             values = list(values)
@@ -965,7 +981,7 @@ class SbeCodec:
         if not var_data:
             return head
         parts = [head]
-        for layout, data in zip(c.var_layouts, var_data):
+        for layout, data in zip(c.var_layouts, var_data, strict=True):
             parts.append(layout[1](len(data)))
             parts.append(data)
         return b"".join(parts)
@@ -979,7 +995,7 @@ class SbeCodec:
         except struct.error:
             block = self._pack_slow(c, c.block_struct, self._coerce(c, values))
         parts: list[Any] = [block]
-        for layout, data in zip(c.var_layouts, var_data):
+        for layout, data in zip(c.var_layouts, var_data, strict=True):
             parts.append(layout[1](len(data)))
             parts.append(data)
         return b"".join(parts)
@@ -993,12 +1009,13 @@ class SbeCodec:
         c = self._resolve(message)
         values, var_data = self._prepare(c, fields)
         total = c.full_struct.size
-        for layout, data in zip(c.var_layouts, var_data):
+        for layout, data in zip(c.var_layouts, var_data, strict=True):
             total += layout[3] + len(data)
         if type(buffer) is not bytearray:
-            buffer = _byte_view(buffer)  # type: ignore[assignment]
-            if isinstance(buffer, bytes) or buffer.readonly:
+            view = _byte_view(buffer)  # a memoryview, or bytes passed in despite the annotation
+            if isinstance(view, bytes) or (isinstance(view, memoryview) and view.readonly):
                 raise CodecError(f"cannot encode {c.name} into a read-only buffer")
+            buffer = view
         size = len(buffer)
         if offset < 0 or offset + total > size:
             raise CodecError(f"buffer too small to encode {c.name}: need {total} bytes at offset {offset}, "
@@ -1009,7 +1026,7 @@ class SbeCodec:
             head = self._pack_slow(c, c.full_struct, (*c.header_values, *self._coerce(c, values)))
             buffer[offset:offset + len(head)] = head
         pos = offset + c.full_struct.size
-        for layout, data in zip(c.var_layouts, var_data):
+        for layout, data in zip(c.var_layouts, var_data, strict=True):
             n = len(data)
             layout[2](buffer, pos, n)
             pos += layout[3]
@@ -1018,7 +1035,7 @@ class SbeCodec:
         return total
 
     @staticmethod
-    def _pack_slow(c: _Compiled, st: struct.Struct, values: tuple[Any, ...]) -> bytes:
+    def _pack_slow(c: _Compiled, st: struct.Struct, values: Sequence[Any]) -> bytes:
         try:
             return st.pack(*values)
         except struct.error as e:
@@ -1090,7 +1107,7 @@ class SbeCodec:
     def _coerce(c: _Compiled, values: list[Any]) -> list[Any]:
         """Slow path after struct rejected a value: map enum names, then name the offending field."""
         out = list(values)
-        for i, (f, v) in enumerate(zip(c.wire_fields, values)):
+        for i, (f, v) in enumerate(zip(c.wire_fields, values, strict=True)):
             if f.struct_format.endswith("s"):
                 continue
             if isinstance(v, str) and f.enum is not None:

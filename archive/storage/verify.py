@@ -24,7 +24,12 @@ import numpy as np
 
 from aeron_archive_spark.archive.constants import NULL_POSITION
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
-from aeron_archive_spark.archive.storage.catalog import MIN_CAPACITY, Catalog, fragment_straddles_page_boundary, is_valid_last_frame
+from aeron_archive_spark.archive.storage.catalog import (
+    MIN_CAPACITY,
+    Catalog,
+    fragment_straddles_page_boundary,
+    is_valid_last_frame,
+)
 from aeron_archive_spark.archive.storage.checksums import Checksum, ChecksumMismatch, frame_checksum
 from aeron_archive_spark.archive.storage.frames import (
     FRAME_ALIGNMENT,

@@ -93,7 +93,7 @@ def binary_column(chunk: np.ndarray, starts: np.ndarray, lengths: np.ndarray) ->
 class _Pending:
     """A fragmented message being reassembled (its fragments may span chunks)."""
 
-    __slots__ = ("position", "reserved_value", "parts")
+    __slots__ = ("parts", "position", "reserved_value")
 
     def __init__(self, position: int, reserved_value: int, first: bytes) -> None:
         self.position = position

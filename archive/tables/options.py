@@ -89,7 +89,7 @@ def _position_parser(allow_earliest: bool, missing: int) -> Callable[[str, str],
                 raise OptionError(f"option {name}: key {key!r} is not a recording id in {raw!r}") from None
             if isinstance(value, bool) or not isinstance(value, int):
                 raise OptionError(f"option {name}: position of recording {key} is not an integer: {value!r}")
-            if value < 0 and value not in (LATEST, EARLIEST) or (value == EARLIEST and not allow_earliest):
+            if (value < 0 and value not in (LATEST, EARLIEST)) or (value == EARLIEST and not allow_earliest):
                 raise OptionError(
                     f"option {name}: position of recording {key} must be >= 0"
                     + (", -2 (earliest) or -1 (latest)" if allow_earliest else " or -1 (latest)")
@@ -136,7 +136,8 @@ RECORDING_OPTIONS = OptionTable((
     OptionSpec("startingPosition", _position_parser(True, EARLIEST), PositionSpec("earliest"), Mode.READ,
                'earliest, latest, or {"<recordingId>": position} (-2 earliest, -1 latest; others: earliest); '
                "a restarted query resumes from its checkpoint instead", "earliest"),
-    OptionSpec("endingPosition", _position_parser(False, LATEST), PositionSpec("latest", missing=LATEST), Mode.BATCH_READ,
+    OptionSpec("endingPosition", _position_parser(False, LATEST), PositionSpec("latest", missing=LATEST),
+               Mode.BATCH_READ,
                'batch reads: latest (the end at planning time) or {"<recordingId>": position} (others: latest)',
                "latest"),
     OptionSpec("maxBytesPerTrigger", parse_bytes, None, Mode.STREAM_READ,

@@ -1,8 +1,8 @@
 """The hook that turns message payloads into typed columns (`sbeSchema`), beside the raw `value` column.
 
-`aeron_archive_spark.archive.tables.sbe.decode.SbeDecoder(schema_path: str, message: str | None, on_error: str)` implements
-`PayloadDecoder` for SBE (`sbeSchema`, `sbeMessage`, `sbe.onError` = "fail" | "null"); the source only depends on
-this protocol and on that constructor (see `payload_decoder`).
+`aeron_archive_spark.archive.tables.sbe.decode.SbeDecoder(schema_path: str, message: str | None, on_error: str)`
+implements `PayloadDecoder` for SBE (`sbeSchema`, `sbeMessage`, `sbe.onError` = "fail" | "null"); the source only
+depends on this protocol and on that constructor (see `payload_decoder`).
 """
 
 from __future__ import annotations

@@ -11,14 +11,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from aeron_archive_spark.connector.sink.batch_map import read_batch_map
 from aeron_archive_spark.connector.sink.errors import SinkError
 from aeron_archive_spark.connector.sink.state import load_pending, load_state
 
 
-def add_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_subparser(
+        subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Register the `batches` command on an argparse subparsers object; returns its parser."""
     parser = subparsers.add_parser(
         "batches", help="a Spark sink's batch id -> [startPosition, stopPosition) map (offline)",
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'batchId':>8} {'recordingId':>11} {'startPosition':>14} {'stopPosition':>14} {'bytes':>12} "
           f"{'rows':>10}  committedAt")
     for e in entries:
-        when = datetime.fromtimestamp(e.committed_at / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
+        when = datetime.fromtimestamp(e.committed_at / 1000, tz=UTC).isoformat(timespec="milliseconds")
         print(f"{e.batch_id:>8} {e.recording_id:>11} {e.start_position:>14} {e.stop_position:>14} "
               f"{e.stop_position - e.start_position:>12} {e.rows:>10}  {when}")
     return 0

@@ -19,7 +19,7 @@ import json
 import logging
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from aeron_archive_spark.connector.sink.errors import InjectedFault
@@ -46,11 +46,8 @@ def arm(directory: str, *specs: dict[str, Any]) -> None:
 
 
 def disarm(directory: str) -> None:
-    with _locked(directory):
-        try:
-            os.remove(fault_path(directory))
-        except FileNotFoundError:
-            pass
+    with _locked(directory), suppress(FileNotFoundError):
+        os.remove(fault_path(directory))
 
 
 @contextmanager
@@ -75,10 +72,8 @@ def _read(directory: str) -> list[dict[str, Any]]:
 def _write(directory: str, specs: list[dict[str, Any]]) -> None:
     path = fault_path(directory)
     if not specs:
-        try:
+        with suppress(FileNotFoundError):
             os.remove(path)
-        except FileNotFoundError:
-            pass
         return
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w") as f:

@@ -16,6 +16,7 @@ import os
 import re
 import uuid
 from collections.abc import Iterable, Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,10 +80,8 @@ def stage_partition(batches: Iterator[pa.RecordBatch], layout: InputLayout, stag
         faults.check(fault_dir, "after-stage", rows, batchId=_int_or_str(batch), partition=partition,
                      attempt=attempt)
     except BaseException:
-        try:
+        with suppress(OSError):
             os.remove(tmp)
-        except OSError:
-            pass
         raise
     log.debug("staged %d rows (%d payload bytes) of %s in %s", rows, payload, where, path)
     return StagedPartition(batch, partition, attempt, path, rows, payload, longest)

@@ -3,7 +3,8 @@
 Spark creates this writer per micro-batch in a planning worker (that instance is pickled to the executors for
 `write`) and again in a fresh driver-side worker for `commit`/`abort`, so nothing but the options travels
 between the two: the staged files are named in the commit messages, and everything durable lives in
-`sinkStateDir`. See `aeron_archive_spark.connector.sink.committer` for the protocol and what each crash point leaves behind.
+`sinkStateDir`. See `aeron_archive_spark.connector.sink.committer` for the protocol and what each crash point
+leaves behind.
 """
 
 from __future__ import annotations

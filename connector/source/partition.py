@@ -17,7 +17,7 @@ from aeron_archive_spark.archive.tables.planning import plan_ranges
 from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts
 
 
-class AeronArchivePartition(InputPartition):  # type: ignore[misc]  # pyspark ships no type information
+class AeronArchivePartition(InputPartition):
     """One `ReadRange` as Spark schedules it (`value` is the range, as `InputPartition` keeps it)."""
 
     def __init__(self, read_range: ReadRange) -> None:

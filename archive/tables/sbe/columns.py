@@ -1,7 +1,8 @@
 """SBE schema fields as Spark columns: names, Arrow types and the vectorised numpy <-> Arrow conversions.
 
-The source's decoder (`aeron_archive_spark.archive.tables.sbe.decode`) and the sink's encoder (`aeron_archive_spark.archive.tables.sbe.encode`) share this
-module, so a row decoded by the source can be written back by the sink unchanged (same names, same types).
+The source's decoder (`aeron_archive_spark.archive.tables.sbe.decode`) and the sink's encoder
+(`aeron_archive_spark.archive.tables.sbe.encode`) share this module, so a row decoded by the source can be written
+back by the sink unchanged (same names, same types).
 
 Mapping (one column per fixed-block leaf field, in schema order, then one per var-length field):
 
@@ -24,6 +25,7 @@ import functools
 import logging
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
@@ -200,7 +202,7 @@ def header_dtype(codec: SbeCodec) -> np.dtype:
     Built from the codec's compiled header struct (any unsigned-int composite the schema declares), so schemas
     with a non-standard header still decode vectorised.
     """
-    fmt = codec._header_struct.format  # noqa: SLF001 - the codec's compiled header layout is the source of truth
+    fmt = codec._header_struct.format  # private, but the codec's compiled header layout is the source of truth
     order = fmt[0] if fmt[:1] in ("<", ">", "=", "!", "@") else "<"
     body = fmt[1:] if fmt[:1] in ("<", ">", "=", "!", "@") else fmt
     members: list[tuple[int, str]] = []
@@ -215,7 +217,7 @@ def header_dtype(codec: SbeCodec) -> np.dtype:
                             + _STRUCT_TO_NUMPY[code]))
             offset += np.dtype(_STRUCT_TO_NUMPY[code]).itemsize
     names = ("block_length", "template_id", "schema_id", "version")
-    idx = codec._header_idx  # noqa: SLF001
+    idx = codec._header_idx
     return np.dtype({"names": list(names), "formats": [members[i][1] for i in idx],
                      "offsets": [members[i][0] for i in idx], "itemsize": codec.header_length})
 
@@ -269,7 +271,7 @@ def fixed_to_arrow(col: ColumnSpec, raw: np.ndarray, absent: np.ndarray | None =
     return pa.array(values, type=col.arrow_type, mask=mask)
 
 
-def enum_to_arrow(codes: np.ndarray, values: dict[str, int], null_value: int,
+def enum_to_arrow(codes: np.ndarray, values: Mapping[str, int], null_value: int,
                   null: np.ndarray | None = None) -> pa.Array:
     """Enum codes to their names: one searchsorted over the schema's values and one Arrow take."""
     items = sorted(values.items(), key=lambda kv: kv[1])
@@ -308,6 +310,7 @@ def fixed_bytes_to_arrow(matrix: np.ndarray, text: bool, encoding: str | None, a
 
 def binary_layout(values: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(starts, lengths) as int64 into the data buffer, and the data buffer as uint8, without copying data."""
+    offset_type: type[np.int32 | np.int64]
     if pa.types.is_large_binary(values.type) or pa.types.is_large_string(values.type):
         offset_type = np.int64
     elif pa.types.is_binary(values.type) or pa.types.is_string(values.type):

@@ -175,7 +175,7 @@ class SbeDecoder:
             log.warning("recording %d: %d of %d payloads are not decodable SBE messages (first at position %d); "
                         "their decoded columns are null (sbe.onError=null)", recording_id, bad.size, n,
                         int(positions[int(bad[0])]))
-        return [_assemble(p, n, f.type) for p, f in zip(pieces, self._fields)]
+        return [_assemble(p, n, f.type) for p, f in zip(pieces, self._fields, strict=True)]
 
     def _decode_template(self, plan: _Plan, rows: np.ndarray, header: np.ndarray, starts: np.ndarray,
                          lengths: np.ndarray, data: np.ndarray, reason: np.ndarray,
@@ -205,10 +205,12 @@ class SbeDecoder:
             var_ranges.append((data_start, n_bytes, present))
             cursor = np.where(present, data_start + n_bytes, cursor)
         reason[rows[bad]] = np.where(row_start[bad] + hl + block_length[bad] > row_end[bad], _SHORT_BLOCK, _VAR)
+        good: np.ndarray | slice
         if bad.any():
-            good: np.ndarray | slice = ~bad
-            if not good.any():  # type: ignore[union-attr]
+            good_mask = ~bad
+            if not good_mask.any():
                 return
+            good = good_mask
         else:
             good = slice(None)
         out_rows = rows[good]
@@ -230,9 +232,10 @@ class SbeDecoder:
             pieces[out].append((out_rows, fixed_to_arrow(col, records[col.attr], absent)))
         for out, col in plan.constants:
             pieces[out].append((out_rows, constant_to_arrow(col, k)))
-        for (out, col), (data_start, n_bytes, present) in zip(plan.var, var_ranges):
+        for (out, col), (data_start, n_bytes, present) in zip(plan.var, var_ranges, strict=True):
             absent = ~present[good]
-            encoding = col.var_field.text_encoding if col.kind is Kind.VAR_TEXT else None  # type: ignore[union-attr]
+            assert col.var_field is not None
+            encoding = col.var_field.text_encoding if col.kind is Kind.VAR_TEXT else None
             pieces[out].append((out_rows, bytes_to_arrow(data, data_start[good], n_bytes[good], encoding,
                                                          absent if absent.any() else None, col.name)))
         if self._multi:

@@ -9,14 +9,15 @@ API (what the sink calls)::
     encoder.input_columns    # the column names the message takes, in schema order
     encoder.fixed_length     # bytes per message when the message has no var fields, else None
 
-Columns are named and typed as the source decodes them (`aeron_archive_spark.archive.tables.sbe.columns`), so decoded rows can be written
-back unchanged. Accepted input per field kind: integers (any Arrow integer type, or decimal for uint64; values are
-range-checked), float/double, strings or binaries for char arrays (at most `length` bytes, zero padded; ASCII for
-US-ASCII fields), binaries for byte arrays, enum names (strings) or codes (integers), set bitmasks (integers),
-strings/binaries for var-length data (at most the field's maxValue bytes). Constant fields may be omitted; if given
-they must hold the constant. Optional fields may be omitted or null (encoded as their SBE null value); enums may be
-null (their null value); a null char array or var field is encoded empty. A missing required field, a null in one,
-an unknown column, a value out of range or too long raises `SbeEncodeError` naming the column (and the row).
+Columns are named and typed as the source decodes them (`aeron_archive_spark.archive.tables.sbe.columns`), so decoded
+rows can be written back unchanged. Accepted input per field kind: integers (any Arrow integer type, or decimal for
+uint64; values are range-checked), float/double, strings or binaries for char arrays (at most `length` bytes, zero
+padded; ASCII for US-ASCII fields), binaries for byte arrays, enum names (strings) or codes (integers), set bitmasks
+(integers), strings/binaries for var-length data (at most the field's maxValue bytes). Constant fields may be
+omitted; if given they must hold the constant. Optional fields may be omitted or null (encoded as their SBE null
+value); enums may be null (their null value); a null char array or var field is encoded empty. A missing required
+field, a null in one, an unknown column, a value out of range or too long raises `SbeEncodeError` naming the column
+(and the row).
 
 Why vectorised: the whole batch is one numpy structured array (header + block per row) filled column by column,
 then viewed as bytes; var-length fields are scattered into place with index arithmetic. No Python loop per row,
@@ -77,8 +78,10 @@ class SbeEncoder:
         names: list[str] = []
         formats: list[np.dtype] = []
         offsets: list[int] = []
-        for name in header.names:
-            fmt, off = header.fields[name][:2]
+        header_names, header_fields = header.names, header.fields
+        assert header_names is not None and header_fields is not None  # header_dtype is always a structured dtype
+        for name in header_names:
+            fmt, off = header_fields[name][:2]
             names.append(_HEADER_PREFIX + name)
             formats.append(fmt)
             offsets.append(off)
@@ -109,7 +112,7 @@ class SbeEncoder:
         """One encoded message per row of `batch`, in row order."""
         n = batch.num_rows
         given: dict[str, pa.Array] = {}
-        for name, column in zip(batch.schema.names, batch.columns):
+        for name, column in zip(batch.schema.names, batch.columns, strict=True):
             key = name.lower()
             if key in self._ignore:
                 continue
@@ -160,10 +163,7 @@ class SbeEncoder:
         assert f is not None
         if col.kind in (Kind.TEXT, Kind.BYTES):
             return self._fixed_bytes(col, arr, n)
-        if col.kind is Kind.ENUM:
-            values = self._enum_codes(col, arr)
-        else:
-            values = self._numbers(col, arr)
+        values = self._enum_codes(col, arr) if col.kind is Kind.ENUM else self._numbers(col, arr)
         return values.astype(wire_dtype(self._codec, f))
 
     def _null_fill(self, col: ColumnSpec, arr: pa.Array, allowed: bool, fill: object) -> pa.Array:
@@ -204,7 +204,8 @@ class SbeEncoder:
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as ex:
             raise SbeEncodeError(f"column {col.name!r} ({t}) cannot be encoded as {primitive} for field "
                                  f"{col.schema_name}: {ex}") from None
-        return wire.to_numpy(zero_copy_only=False)
+        out: np.ndarray = wire.to_numpy(zero_copy_only=False)
+        return out
 
     def _enum_codes(self, col: ColumnSpec, arr: pa.Array) -> np.ndarray:
         f = col.field
@@ -223,7 +224,7 @@ class SbeEncoder:
             out = codes[idx] if len(codes) else np.zeros(len(arr), dtype=np.int64)
             return np.where(np.asarray(arr.is_valid().to_numpy(zero_copy_only=False)), out, enum.null_value)
         if pa.types.is_integer(arr.type):
-            values = arr.cast(pa.int64()).fill_null(enum.null_value).to_numpy(zero_copy_only=False)
+            values: np.ndarray = arr.cast(pa.int64()).fill_null(enum.null_value).to_numpy(zero_copy_only=False)
             valid = np.isin(values, np.array([*enum.values.values(), enum.null_value], dtype=np.int64))
             if not valid.all():
                 row = int(np.flatnonzero(~valid)[0])
@@ -306,7 +307,8 @@ class SbeEncoder:
         fixed_size = self._dtype.itemsize
         sizes = np.full(n, fixed_size, dtype=np.int64)
         for col, _, lengths, _ in var_parts:
-            sizes += col.var_field.length_size + lengths  # type: ignore[union-attr]
+            assert col.var_field is not None
+            sizes += col.var_field.length_size + lengths
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(sizes, out=offsets[1:])
         if offsets[-1] >= 2**31:
