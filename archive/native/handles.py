@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar, Never, Self, overload
 
@@ -69,7 +70,7 @@ class _OpenGuard:
         self._handle.lock.release()
 
 
-class NativeHandle:
+class NativeHandle(ABC):
     """Owns one C pointer (`ptr`, None once closed) behind `lock`; subclasses say what they are in `describe()`.
 
     `C_PREFIX` names the C API family the pointer belongs to (`aeron_subscription_`, `aeron_image_`, ...).
@@ -82,16 +83,17 @@ class NativeHandle:
         self.lock: threading.Lock | threading.RLock = threading.RLock() if reentrant else threading.Lock()
         self._open_guard = _OpenGuard(self)
 
+    @abstractmethod
     def describe(self) -> str:
         """What this handle is, as named in errors: "Aeron client 'x'", "counter 7", "publication('aeron:ipc', 10)"."""
-        raise NotImplementedError
 
     def is_closed_locked(self) -> bool:
         """Whether the handle is closed; the caller holds `lock`."""
         return self.ptr is None
 
+    @abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """Release the C resources (once; later calls do nothing)."""
 
     def c_function(self, name: str) -> Any:
         """The C function `<C_PREFIX><name>` of this handle's family."""
@@ -212,16 +214,16 @@ class PollingHandle(NativeHandle):
         self._c_block_poll = self.c_function("block_poll")
         self._c_assembler_handler = getattr(lib, f"aeron_{self.C_ASSEMBLER}_handler")
 
+    @abstractmethod
     def close_locked(self) -> None:
         """Release the C resources; the caller holds `lock` and no C poll is running on this handle."""
-        raise NotImplementedError
 
     def after_unlock(self) -> None:
         """Work that must wait until the lock is released after a close or poll (a subscription closes its images)."""
 
+    @abstractmethod
     def poll_context(self, operation: str) -> str:
         """How a failed poll names itself in its NativeAeronError."""
-        raise NotImplementedError
 
     def close(self) -> None:
         if self.polling_thread == threading.get_ident():

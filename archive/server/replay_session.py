@@ -31,8 +31,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TERM_MAX_LENGTH = 1 << 30
-
 
 class ReplaySessionState(Enum):
     INIT = 0
@@ -247,7 +245,7 @@ class ReplaySession:
         if scan.count == 0 and scan.pad_offset < 0:
             raise ArchiveError(f"unexpected end of recording at position={position} of recordingId="
                                f"{self.recording_id}", ErrorCode.GENERIC)
-        cap = min(self.replay_limit - position, TERM_MAX_LENGTH)
+        cap = min(self.replay_limit - position, frames.TERM_MAX_LENGTH)
         count = scan.count_starting_before(cap)
         batch_length = scan.end_of(count)
         if self._checksum is not None and count > 0:
