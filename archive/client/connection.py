@@ -1,7 +1,8 @@
 """How to reach a running archive: the plain, picklable connection options every remote reader and writer shares.
 
-Plain data only: opening clients and control sessions for these options is the connection pool's job
-(`archive.client.pool`), which keys its cache on this value, so it must stay frozen and hashable.
+Plain data only, no I/O: opening clients and control sessions for these options is the connection pool's job
+(`archive.client.pool`), which keys its sessions on the fields a control session depends on (everything but the
+replay channel and stream, which each replay request names itself), so it must stay frozen and hashable.
 """
 
 from __future__ import annotations

@@ -1,50 +1,526 @@
-"""One Aeron client per executor Python process, on this host's media driver or on one embedded driver.
+"""The one owner of this process's Aeron clients and archive control sessions (`ConnectionPool`).
 
-Why: a remote read (no `archiveDir`) receives its data as an Aeron replay, so the executor needs a media driver and
-a client. Creating a client costs tens of milliseconds and a driver far more, while a Spark Python worker runs many
-tasks in a row (`spark.python.worker.reuse`), so both are created lazily on first use and kept for the life of the
-process (closed at interpreter exit).
+Why one owner: every remote read and write needs a media driver, an Aeron client on it and an archive control
+session (`AeronArchive`). A client costs tens of milliseconds to create, an embedded driver far more, and a control
+session a connect handshake (a response publication set up by the archive, an authentication round trip), while
+a Spark Python worker runs many tasks in a row (`spark.python.worker.reuse`) and the driver plans every
+micro-batch. So the driver-side planner (`archive.tables.recording_source`), executor replays
+(`archive.tables.replay_chunks`) and the sink's commit (`connector.sink.committer`) all take their clients and
+sessions from here, and nothing else in `archive.tables` or the connector creates either. The shape follows
+Spark's Kafka connector (`InternalKafkaConsumerPool`): a keyed pool with a soft capacity, an idle timeout, and
+invalidation of whatever was in use when an error happened.
 
-Which driver:
-- the one in the `aeronDir` option's directory, else $AERON_DIR, else Aeron's default directory, if a driver is
-  active there (its CnC file exists and its heartbeat is fresh);
+Clients: ONE `AeronClient` per media driver per process, created on first use and shared by everything in the
+process (the C client is thread-safe; publications and subscriptions are added through it per use).
+
+Which driver, for an `aeronDir` option (else $AERON_DIR, else Aeron's default directory):
+- the driver in that directory if one is active there (its CnC file exists and its heartbeat is fresh);
 - otherwise ONE embedded C media driver started in this process, in a private directory
-  (`<shm or tmp>/aeron-spark-executor-<uid>-<pid>`), deleted on shutdown.
+  (`<shm or tmp>/aeron-spark-executor-<uid>-<pid>`), deleted on shutdown. Callers that can only work on the
+  host's driver (the planner, which reads the archive's counters, and the sink, whose publications the archive
+  must see) pass `host_driver_only=True` and get `NoMediaDriverError` ("no media driver at aeronDir=...") instead.
+
+Sessions: an `AeronArchive` is NOT thread-safe and a replay keeps its session busy for the whole read, so sessions
+are *leased*, one caller at a time (`with pool.archive(options, purpose="replay") as archive:`): two concurrent
+leases of the same options get two sessions, and a returned session is handed to the next lease for the same
+key. The key (`SessionKey`) is what a session depends on: the driver it runs on, the control channel and stream,
+the control response channel and stream, and the message timeout; never the replay channel, which each replay
+names in its own request. Returned sessions wait idle:
+- at most `capacity` of them (default 64, like `spark.kafka.consumer.cache.capacity`; the oldest idle ones are
+  closed first; leased sessions are not limited, so the capacity is a soft limit on what the pool keeps);
+- for at most `idle_timeout_s` (default 5 minutes, like `spark.kafka.consumer.cache.timeout`): each idle session
+  holds a control session and a response publication in the archive, which also keeps pinging it. Expired ones
+  are closed whenever the pool is used (lease or return), so no evictor thread is needed;
+- a lease that ends with an exception closes its session instead of returning it (after an error its state is
+  unknown: a request may be half answered), except for the exception types the caller names in `keep_on`; a
+  lease of an idle session first polls it once, and a session whose archive or driver went away is replaced.
+  The lessee's `recording_signal_consumer` is installed for the lease only.
+
+Fork: a forked child (multiprocessing 'fork', PySpark's daemon forking its workers) inherits the parent's objects
+but not the threads behind them, and they are the parent's: the child forgets them and opens its own on first
+use. It never closes them, not even by dropping the last reference: the embedded driver's destructor would shut
+the PARENT's driver down and delete its directory, and the C client's close belongs to the parent too. So
+inherited objects are kept referenced for the child's whole life (`_INHERITED`). The pool's lock is replaced in the
+child (another thread may have held it at the fork). At interpreter exit every pool of this process closes its
+sessions, clients and embedded driver (one atexit hook).
 
 Remote replays over UDP then need a replay endpoint the archive's host can reach: the default
 `replayChannel=aeron:udp?endpoint=localhost:0` only works when the archive runs on the executor's host. On a
 cluster use `endpoint=0.0.0.0:0` (or the executor interface's address with port 0): the subscription binds an
 ephemeral port, the port is resolved with `try_resolve_channel_endpoint_port` before the replay request, and a
 `0.0.0.0` host is replaced in the request by this executor's address (`$SPARK_LOCAL_IP`, else the address of its
-host name) so the archive knows where to send. The same host rule applies to `controlResponseChannel`. For an
-archive on the same host, `aeron:ipc` avoids the network stack altogether (both sides must then use the same
-driver: set `aeronDir`).
+host name) so the archive knows where to send (`localize_channel`). The same host rule applies to
+`controlResponseChannel`, localized here when a session is created. For an archive on the same host, `aeron:ipc`
+avoids the network stack altogether (both sides must then use the same driver: set `aeronDir`).
 """
 
 from __future__ import annotations
 
 import atexit
+import itertools
 import logging
 import os
 import socket
 import tempfile
 import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
 
 from aeron_archive_spark.archive.channel import ChannelUri
-from aeron_archive_spark.archive.client.connection import default_aeron_dir
-from aeron_archive_spark.archive.native import AeronClient, EmbeddedMediaDriver
+from aeron_archive_spark.archive.client.aeron_archive import AeronArchive, RecordingSignalEvent
+from aeron_archive_spark.archive.client.connection import ConnectionOptions, default_aeron_dir
+from aeron_archive_spark.archive.native import AeronClient, EmbeddedMediaDriver, abandon_after_fork
 
 log = logging.getLogger(__name__)
 
 # A driver whose heartbeat is older than this is considered dead (Aeron's default driver timeout).
 DRIVER_LIVENESS_TIMEOUT_MS = 10_000
 WILDCARD_HOST = "0.0.0.0"
+# Idle sessions kept per process, and how long one may wait idle (Spark's Kafka consumer cache defaults).
+DEFAULT_CAPACITY = 64
+DEFAULT_IDLE_TIMEOUT_S = 300.0
 
-_lock = threading.Lock()
-_pid = os.getpid()
-_clients: dict[str, AeronClient] = {}
-_driver: EmbeddedMediaDriver | None = None
+SignalConsumer = Callable[[RecordingSignalEvent], None]
 
+
+class NoMediaDriverError(ConnectionError):
+    """No active media driver in the directory, and the caller cannot use an embedded one."""
+
+    def __init__(self, aeron_dir: str) -> None:
+        super().__init__(f"no media driver at aeronDir={aeron_dir}")
+        self.aeron_dir = aeron_dir
+
+
+class ArchiveConnectError(ConnectionError):
+    """A control session could not be opened; the text names the archive's control channel and the driver."""
+
+    def __init__(self, options: ConnectionOptions, reason: BaseException | str) -> None:
+        super().__init__(f"cannot reach the {options.describe()}: {reason}")
+        self.options = options
+        self.reason = str(reason)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKey:
+    """What an archive control session depends on; sessions are only shared between leases of equal keys."""
+
+    aeron_dir: str  # the directory of the driver the session's client runs on (host or embedded)
+    control_channel: str
+    control_stream_id: int
+    control_response_channel: str  # as given: `0.0.0.0` is localized when the session is created
+    control_response_stream_id: int
+    message_timeout_ms: int
+
+    @classmethod
+    def of(cls, options: ConnectionOptions, driver_dir: str) -> SessionKey:
+        return cls(driver_dir, options.control_channel, options.control_stream_id, options.control_response_channel,
+                   options.control_response_stream_id, options.message_timeout_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStats:
+    """A snapshot: Aeron clients, idle and leased sessions, and the embedded driver's directory (None if none)."""
+
+    clients: int
+    idle: int
+    leased: int
+    embedded_driver_dir: str | None
+
+
+@dataclass(slots=True)
+class _Idle:
+    key: SessionKey
+    archive: AeronArchive
+    since: float
+
+
+class ArchiveLease:
+    """One caller's exclusive use of a control session; a context manager (`with pool.archive(...) as a:`).
+
+    The session is taken (or connected) on `acquire()` / `__enter__`, and handed back on `release()` / `__exit__`:
+    returned to the pool, or closed if the lease ended with an exception not in `keep_on` or `discard()` was
+    called. Acquire and release may also be called directly when a lease spans several methods (a replay read).
+    """
+
+    def __init__(self, pool: ConnectionPool, options: ConnectionOptions, purpose: str, host_driver_only: bool,
+                 recording_signal_consumer: SignalConsumer | None, keep_on: tuple[type[BaseException], ...]) -> None:
+        self._pool = pool
+        self.options = options
+        self.purpose = purpose
+        self._host_driver_only = host_driver_only
+        self._consumer = recording_signal_consumer
+        self._keep_on = keep_on
+        self._archive: AeronArchive | None = None
+        self._key: SessionKey | None = None
+        self._pid = os.getpid()
+        self._done = False
+
+    @property
+    def archive(self) -> AeronArchive:
+        if self._archive is None:
+            raise RuntimeError("archive lease is not acquired")
+        return self._archive
+
+    @property
+    def acquired(self) -> bool:
+        return self._archive is not None
+
+    def acquire(self) -> AeronArchive:
+        """The leased session (taken from the pool or connected now); idempotent while the lease is held.
+
+        Raises `NoMediaDriverError` (host driver required but none active) or `ArchiveConnectError`.
+        """
+        if self._archive is not None:
+            return self._archive
+        if self._done:
+            raise RuntimeError("archive lease was already released")
+        self._pid = os.getpid()
+        archive, key = self._pool._take(self.options, self.purpose, self._host_driver_only)
+        archive.recording_signal_consumer = self._consumer
+        self._archive, self._key = archive, key
+        return archive
+
+    def release(self, *, evict: bool = False) -> None:
+        """Hand the session back (closed instead if `evict`); idempotent."""
+        archive, self._archive = self._archive, None
+        self._done = True
+        if archive is None or self._key is None:
+            return
+        archive.recording_signal_consumer = None
+        self._pool._give_back(self._key, archive, evict, self._pid)
+
+    def discard(self) -> None:
+        """End the lease and close the session: the caller saw it fail."""
+        self.release(evict=True)
+
+    def __enter__(self) -> AeronArchive:
+        return self.acquire()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.release(evict=exc is not None and not isinstance(exc, self._keep_on))
+
+
+class ConnectionPool:
+    """Aeron clients (one per driver) and leased archive control sessions of one process (module docstring).
+
+    Use the process-wide instance, `connection_pool()`; tests may build their own (`clock` is injectable so idle
+    timeouts can be tested without waiting). Thread-safe: one lock guards the pool's state and is never held
+    across an archive request or a connect handshake.
+    """
+
+    _ordinals = itertools.count()
+
+    def __init__(self, capacity: int = DEFAULT_CAPACITY, idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._check_settings(capacity, idle_timeout_s)
+        self._capacity = capacity
+        self._idle_timeout_s = idle_timeout_s
+        self._clock = clock
+        self._ordinal = next(self._ordinals)
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._clients: dict[str, AeronClient] = {}  # by the directory of the driver they run on
+        self._routes: dict[str, str] = {}  # requested aeron dir -> directory of the driver used for it
+        self._driver: EmbeddedMediaDriver | None = None
+        self._idle: list[_Idle] = []  # in the order they were returned: oldest first
+        self._leased: dict[int, AeronArchive] = {}  # by id(archive)
+        _POOLS.add(self)
+
+    # -- settings ---------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _check_settings(capacity: int, idle_timeout_s: float) -> None:
+        if capacity < 0:
+            raise ValueError(f"capacity must be >= 0, got {capacity}")
+        if idle_timeout_s < 0:
+            raise ValueError(f"idle_timeout_s must be >= 0, got {idle_timeout_s}")
+
+    @property
+    def capacity(self) -> int:
+        """How many idle sessions the pool keeps (the oldest beyond it are closed)."""
+        return self._capacity
+
+    @capacity.setter
+    def capacity(self, value: int) -> None:
+        self._check_settings(value, self._idle_timeout_s)
+        self._capacity = value
+        self.evict_idle()
+
+    @property
+    def idle_timeout_s(self) -> float:
+        """How long a returned session may wait idle before the pool closes it."""
+        return self._idle_timeout_s
+
+    @idle_timeout_s.setter
+    def idle_timeout_s(self, value: float) -> None:
+        self._check_settings(self._capacity, value)
+        self._idle_timeout_s = value
+        self.evict_idle()
+
+    # -- clients ----------------------------------------------------------------------------------------------
+
+    def client(self, aeron_dir: str | None = None, *, host_driver_only: bool = False) -> AeronClient:
+        """This process's client for `aeron_dir` (None: $AERON_DIR / default), created on first use.
+
+        On the driver active in that directory, else on this process's embedded driver (started now if needed);
+        with `host_driver_only` raises `NoMediaDriverError` instead of using an embedded driver. Not to be closed
+        by the caller.
+        """
+        self._check_fork()
+        requested = os.path.normpath(aeron_dir or default_aeron_dir())
+        with self._lock:
+            return self._client_locked(requested, host_driver_only)
+
+    def _client_locked(self, requested: str, host_driver_only: bool) -> AeronClient:
+        directory = self._routes.get(requested)
+        if directory is not None and host_driver_only and directory != requested:
+            directory = None  # routed to the embedded driver earlier: look for a host driver again
+        if directory is not None:
+            client = self._clients.get(directory)
+            if client is not None and not client.is_closed:
+                return client
+            if client is not None:
+                log.warning("Aeron client on %s was closed (driver timeout?); reconnecting", directory)
+                del self._clients[directory]
+        if driver_active(requested):
+            directory = requested
+        elif host_driver_only:
+            raise NoMediaDriverError(requested)
+        else:
+            if self._driver is None or self._driver.is_closed:
+                self._driver = self._start_embedded_driver()
+                log.info("no media driver active in %s: started an embedded media driver in %s for process %d",
+                         requested, self._driver.aeron_dir, os.getpid())
+            directory = self._driver.aeron_dir
+        client = self._clients.get(directory)
+        if client is None or client.is_closed:
+            client = AeronClient(directory, client_name=f"aeron-archive-spark-{os.getpid()}")
+            self._clients[directory] = client
+        self._routes[requested] = directory
+        return client
+
+    def embedded_driver_dir(self) -> str | None:
+        """Directory of this pool's embedded media driver, or None if none runs."""
+        self._check_fork()
+        with self._lock:
+            return None if self._driver is None or self._driver.is_closed else self._driver.aeron_dir
+
+    def _start_embedded_driver(self) -> EmbeddedMediaDriver:
+        base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+        name = f"aeron-spark-executor-{os.getuid()}-{os.getpid()}" + (f"-{self._ordinal}" if self._ordinal else "")
+        # dir_delete_on_start: a directory left by a killed worker with a recycled pid is stale by construction.
+        return EmbeddedMediaDriver(os.path.join(base, name), dir_delete_on_start=True, dir_delete_on_shutdown=True)
+
+    # -- sessions ---------------------------------------------------------------------------------------------
+
+    def archive(self, options: ConnectionOptions, *, purpose: str = "archive", host_driver_only: bool = False,
+                recording_signal_consumer: SignalConsumer | None = None,
+                keep_on: tuple[type[BaseException], ...] = ()) -> ArchiveLease:
+        """A lease of a control session for `options` (taken when entered): `with pool.archive(o) as archive:`.
+
+        `purpose` names new sessions ("aeron-archive-spark-<purpose>") and log lines; `host_driver_only` refuses
+        the embedded driver fallback; `recording_signal_consumer` receives signals during the lease;
+        `keep_on`: exception types that end the lease without closing the session.
+        """
+        return ArchiveLease(self, options, purpose, host_driver_only, recording_signal_consumer, keep_on)
+
+    def _take(self, options: ConnectionOptions, purpose: str, host_driver_only: bool
+              ) -> tuple[AeronArchive, SessionKey]:
+        self._check_fork()
+        requested = os.path.normpath(options.resolved_aeron_dir())
+        try:
+            with self._lock:
+                client = self._client_locked(requested, host_driver_only)
+        except NoMediaDriverError:
+            raise
+        except Exception as ex:
+            raise ArchiveConnectError(options, ex) from ex
+        key = SessionKey.of(options, client.aeron_dir)
+        while True:
+            with self._lock:
+                stale = self._expire_locked()
+                candidate = self._pop_idle_locked(key)
+                if candidate is not None:
+                    self._leased[id(candidate)] = candidate
+            _close_all(stale)
+            if candidate is None:
+                break
+            if _usable(candidate):
+                log.debug("archive session %d reused for %s", candidate.control_session_id, purpose)
+                return candidate, key
+            with self._lock:
+                self._leased.pop(id(candidate), None)
+            _close_all([candidate])
+        try:
+            archive = AeronArchive.connect(
+                control_request_channel=key.control_channel, control_request_stream_id=key.control_stream_id,
+                control_response_channel=localize_channel(key.control_response_channel),
+                control_response_stream_id=key.control_response_stream_id, aeron=client,
+                message_timeout_s=key.message_timeout_ms / 1000.0, client_name=f"aeron-archive-spark-{purpose}")
+        except Exception as ex:
+            raise ArchiveConnectError(options, ex) from ex
+        log.debug("archive session %d opened for %s on %s", archive.control_session_id, purpose, key)
+        with self._lock:
+            self._leased[id(archive)] = archive
+        return archive, key
+
+    def _give_back(self, key: SessionKey, archive: AeronArchive, evict: bool, lease_pid: int) -> None:
+        if os.getpid() != lease_pid:
+            abandon_after_fork(archive)  # a lease inherited through fork: the parent's session, never closed here
+            return
+        self._check_fork()
+        with self._lock:
+            known = self._leased.pop(id(archive), None) is not None
+            keep = known and not evict
+            if keep:
+                self._idle.append(_Idle(key, archive, self._clock()))
+            stale = self._expire_locked() + self._trim_locked()
+        if not keep:
+            log.debug("archive session %d closed at the end of its lease (%s)", archive.control_session_id,
+                      "error" if evict else "pool closed meanwhile")
+            stale.append(archive)
+        _close_all(stale)
+
+    def _pop_idle_locked(self, key: SessionKey) -> AeronArchive | None:
+        for i in range(len(self._idle) - 1, -1, -1):  # the most recently returned: the warmest
+            if self._idle[i].key == key:
+                return self._idle.pop(i).archive
+        return None
+
+    def _expire_locked(self) -> list[AeronArchive]:
+        now = self._clock()
+        expired = [i.archive for i in self._idle if now - i.since >= self._idle_timeout_s]
+        if expired:
+            self._idle = [i for i in self._idle if now - i.since < self._idle_timeout_s]
+            log.debug("closing %d archive sessions idle for %.0fs or more", len(expired), self._idle_timeout_s)
+        return expired
+
+    def _trim_locked(self) -> list[AeronArchive]:
+        excess = len(self._idle) - self._capacity
+        if excess <= 0:
+            return []
+        oldest, self._idle = self._idle[:excess], self._idle[excess:]
+        return [i.archive for i in oldest]
+
+    def evict_idle(self) -> int:
+        """Close idle sessions past the idle timeout or beyond the capacity now; returns how many were closed."""
+        self._check_fork()
+        with self._lock:
+            stale = self._expire_locked() + self._trim_locked()
+        _close_all(stale)
+        return len(stale)
+
+    def stats(self) -> PoolStats:
+        self._check_fork()
+        with self._lock:
+            driver = None if self._driver is None or self._driver.is_closed else self._driver.aeron_dir
+            return PoolStats(len(self._clients), len(self._idle), len(self._leased), driver)
+
+    # -- lifecycle --------------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close idle sessions, clients and the embedded driver (at exit; tests too). The pool stays usable.
+
+        Sessions leased now are closed when their lease ends; their publications and subscriptions close with
+        their client here.
+        """
+        self._check_fork()
+        with self._lock:
+            idle = [i.archive for i in self._idle]
+            self._idle.clear()
+            self._leased.clear()  # unknown at release: closed then, not returned
+            clients = list(self._clients.values())
+            self._clients.clear()
+            self._routes.clear()
+            driver, self._driver = self._driver, None
+        _close_all(idle)
+        for client in clients:
+            try:
+                client.close()
+            except Exception as ex:
+                log.warning("closing Aeron client on %s: %s", client.aeron_dir, ex)
+        if driver is not None:
+            try:
+                driver.close()
+            except Exception as ex:
+                log.warning("closing the embedded media driver in %s: %s", driver.aeron_dir, ex)
+
+    def _check_fork(self) -> None:
+        if os.getpid() != self._pid:
+            self._after_fork_in_child()  # fork without the at-fork hook (e.g. a C-level fork)
+
+    def _after_fork_in_child(self) -> None:
+        """Forget the parent's objects without closing them (module docstring, "Fork")."""
+        self._lock = threading.Lock()
+        inherited: list[object] = [*self._clients.values(), *(i.archive for i in self._idle), *self._leased.values()]
+        if self._driver is not None:
+            inherited.append(self._driver)
+        abandon_after_fork(*inherited)
+        self._clients, self._routes, self._idle, self._leased = {}, {}, [], {}
+        self._driver = None
+        self._pid = os.getpid()
+
+
+# -- helpers ------------------------------------------------------------------------------------------------------
+
+def _usable(archive: AeronArchive) -> bool:
+    """Poll an idle session once: signals and pings are drained; a closed, disconnected or failed one is not usable."""
+    try:
+        archive.poll_for_recording_signals()
+        return not archive.aeron.is_closed
+    except Exception as ex:
+        log.info("idle archive session %d is unusable (%s); opening another", archive.control_session_id, ex)
+        return False
+
+
+def _close_all(archives: list[AeronArchive]) -> None:
+    for archive in archives:
+        try:
+            archive.close()
+        except Exception as ex:
+            log.debug("closing archive session %d: %s", archive.control_session_id, ex)
+
+
+_POOLS: weakref.WeakSet[ConnectionPool] = weakref.WeakSet()
+_PROCESS_POOL = ConnectionPool()
+
+
+def connection_pool() -> ConnectionPool:
+    """The process-wide pool every reader and writer uses."""
+    return _PROCESS_POOL
+
+
+def _after_fork_in_child() -> None:
+    for pool in list(_POOLS):
+        pool._after_fork_in_child()
+
+
+def _close_at_exit() -> None:
+    for pool in list(_POOLS):
+        try:
+            pool.close()
+        except Exception as ex:
+            log.warning("closing connections at exit: %s", ex)
+
+
+class _ExitOrder:
+    """Exists only to make `weakref.finalize` register its own exit hook before `_close_at_exit` is registered."""
+
+
+# atexit runs hooks last-registered first. weakref.finalize registers its hook (which closes AeronClients still
+# alive) when its first finalizer is created, usually later than this import; the clients would then be closed
+# before the pool could send its sessions' CloseSessionRequests. Creating a finalizer first fixes the order.
+_EXIT_ORDER = _ExitOrder()
+weakref.finalize(_EXIT_ORDER, lambda: None)
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_close_at_exit)
+
+
+# -- driver and address helpers -----------------------------------------------------------------------------------
 
 def driver_active(aeron_dir: str) -> bool:
     """True if a media driver runs in `aeron_dir` (a CnC file with a fresh heartbeat)."""
@@ -59,38 +535,8 @@ def driver_active(aeron_dir: str) -> bool:
         return False
 
 
-def aeron_client(aeron_dir: str | None = None) -> AeronClient:
-    """The process-wide client for `aeron_dir` (None: $AERON_DIR / default), created on first use."""
-    global _driver
-    requested = aeron_dir or default_aeron_dir()
-    with _lock:
-        _forget_if_forked()
-        client = _clients.get(requested)
-        if client is not None and not client.is_closed:
-            return client
-        if client is not None:
-            log.warning("Aeron client on %s was closed (driver timeout?); reconnecting", client.aeron_dir)
-        if driver_active(requested):
-            directory = requested
-        else:
-            if _driver is None or _driver.is_closed:
-                _driver = _start_embedded_driver()
-                log.info("no media driver active in %s: started an embedded media driver in %s for executor "
-                         "process %d", requested, _driver.aeron_dir, os.getpid())
-            directory = _driver.aeron_dir
-        client = AeronClient(directory, client_name=f"aeron-archive-spark-executor-{os.getpid()}")
-        _clients[requested] = client
-        return client
-
-
-def embedded_driver_dir() -> str | None:
-    """Directory of this process's embedded media driver, or None if none was started."""
-    with _lock:
-        return None if _driver is None or _driver.is_closed else _driver.aeron_dir
-
-
 def executor_address() -> str:
-    """The address the archive should send to for this executor: $SPARK_LOCAL_IP, else the host name's address."""
+    """The address the archive should send to for this process: $SPARK_LOCAL_IP, else the host name's address."""
     configured = os.environ.get("SPARK_LOCAL_IP")
     if configured:
         return configured
@@ -101,7 +547,7 @@ def executor_address() -> str:
 
 
 def localize_channel(channel: str) -> str:
-    """Replace a `0.0.0.0` endpoint host by this executor's address, so the archive can reach the endpoint."""
+    """Replace a `0.0.0.0` endpoint host by this process's address, so the archive can reach the endpoint."""
     uri = ChannelUri.parse(channel)
     endpoint = uri.get("endpoint")
     if not uri.is_udp or endpoint is None:
@@ -112,39 +558,6 @@ def localize_channel(channel: str) -> str:
     return str(uri.with_params(endpoint=f"{executor_address()}:{port}"))
 
 
-def close_executor_aeron() -> None:
-    """Close the clients and the embedded driver (at exit; tests may call it too)."""
-    global _driver
-    with _lock:
-        if os.getpid() != _pid:
-            _forget_if_forked()
-            return
-        clients = list(_clients.values())
-        _clients.clear()
-        driver, _driver = _driver, None
-    for client in clients:
-        try:
-            client.close()
-        except Exception as ex:
-            log.warning("closing Aeron client on %s: %s", client.aeron_dir, ex)
-    if driver is not None:
-        driver.close()
-
-
-def _start_embedded_driver() -> EmbeddedMediaDriver:
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
-    directory = os.path.join(base, f"aeron-spark-executor-{os.getuid()}-{os.getpid()}")
-    # dir_delete_on_start: a directory left by a killed worker with a recycled pid is stale by construction.
-    return EmbeddedMediaDriver(directory, dir_delete_on_start=True, dir_delete_on_shutdown=True)
-
-
-def _forget_if_forked() -> None:
-    """After fork the parent's client and driver threads do not exist here: drop them (never close them)."""
-    global _pid, _driver
-    if os.getpid() != _pid:
-        _pid = os.getpid()
-        _clients.clear()
-        _driver = None
-
-
-atexit.register(close_executor_aeron)
+__all__ = ["DEFAULT_CAPACITY", "DEFAULT_IDLE_TIMEOUT_S", "ArchiveConnectError", "ArchiveLease", "ConnectionPool",
+           "NoMediaDriverError", "PoolStats", "SessionKey", "connection_pool", "driver_active", "executor_address",
+           "localize_channel"]

@@ -33,6 +33,7 @@ from .ffi import (
     get_lib,
     version,
 )
+from .fork import abandon_after_fork
 from .publications import ExclusivePublication, Publication
 from .subscription import Image, ImageHandler, Subscription
 
@@ -63,6 +64,7 @@ __all__ = [
     "NativeAeronError",
     "Publication",
     "Subscription",
+    "abandon_after_fork",
     "ffi",
     "get_lib",
     "version",

@@ -117,6 +117,10 @@ class AeronClient(NativeWrapper[ClientNative]):
         """Close everything created through this client, then the client; safe to call more than once."""
         self._finalizer()
 
+    def detach_finalizer(self) -> None:
+        """Never close this client at exit or on collection (a forked child's copy: see `native.fork`)."""
+        self._finalizer.detach()
+
     @property
     def counters_reader(self) -> CountersReader:
         return self._counters_reader

@@ -10,6 +10,13 @@
   recording's end is read from its `rec-pos` counter when the archive's counters are visible in the local media
   driver (same host), else with `RecordingPositionRequest`.
 
+Connections: counter reads and planning requests go through the process's connection pool
+(`archive.client.pool`), on the host's media driver only (the counters of an embedded driver never show the
+archive's recordings, and the planner must fail clearly when `aeronDir` names no driver). A remote source leases a
+control session per question and hands it back at once, so the replays of its boundary scans (which follow the
+replay path's own driver rule) and later questions reuse it; between micro-batches nothing is held but what the
+pool keeps idle.
+
 Both clamp ends to message boundaries: an end offset must never fall inside a fragmented message, because the next
 micro-batch starts there. `boundary_at_or_before` scans forward from a known boundary (or a term start, which
 Aeron's appenders never let a message straddle) through the same `ChunkSource` executors use, and results are
@@ -22,13 +29,15 @@ import logging
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 from aeron_archive_spark.archive import recording_pos
 from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
-from aeron_archive_spark.archive.client.connection import ConnectionOptions
+from aeron_archive_spark.archive.client.connection import ConnectionOptions, default_aeron_dir
+from aeron_archive_spark.archive.client.pool import ConnectionPool, NoMediaDriverError, connection_pool
 from aeron_archive_spark.archive.constants import (
     CATALOG_FILE_NAME,
     NULL_COUNTER_ID,
@@ -98,8 +107,8 @@ class RecordingSource(ABC):
     def partition_location(self) -> tuple[str | None, ConnectionOptions | None]:
         """(archive_dir, connection) for partitions."""
 
-    def close(self) -> None:
-        """Release connections and clients."""
+    def close(self) -> None:  # noqa: B027 - optional: most sources hold nothing that needs releasing
+        """Release what the source holds (connections and clients belong to the pool, not to sources)."""
 
     # -- generic ---------------------------------------------------------------------------------------------
 
@@ -253,35 +262,35 @@ def _first_boundary(chunks: Iterator[tuple[memoryview, int]], start: int) -> int
 
 
 class _Counters:
-    """rec-pos counter reads through a media driver on this host (lazy; absent when no driver runs here)."""
+    """rec-pos counter reads through the pool's client on this host's media driver (absent when none runs here)."""
 
-    def __init__(self, aeron_dir: str | None, required: bool, client: Any = None) -> None:
-        """`client`: an existing AeronClient to read through (not closed here)."""
+    def __init__(self, pool: ConnectionPool, aeron_dir: str | None, required: bool) -> None:
+        self._pool = pool
         self._aeron_dir = aeron_dir
         self._required = required
-        self._client: Any = client
-        self._owns_client = client is None
         self._failed = False
         self._ids: dict[int, int] = {}
 
     def reader(self) -> Any:
-        if self._client is None and not self._failed:
-            from aeron_archive_spark.archive.client.connection import default_aeron_dir
-            from aeron_archive_spark.archive.native import AeronClient
+        """The counters of the driver in `aeronDir` (else the default directory), or None if no driver runs there.
 
-            directory = self._aeron_dir or default_aeron_dir()
-            if not self._required and not os.path.exists(os.path.join(directory, "cnc.dat")):
-                self._failed = True
-                return None
-            try:
-                self._client = AeronClient(directory, client_name="aeron-archive-spark-counters",
-                                           driver_timeout_ms=5_000)
-            except Exception as ex:
-                if self._required:
-                    raise OptionError(f"option aeronDir: no media driver reachable at {directory}: {ex}") from ex
-                log.debug("no media driver at %s, active recordings are tailed by scanning: %s", directory, ex)
-                self._failed = True
-        return None if self._client is None else self._client.counters_reader
+        Asked of the pool each time (a dictionary lookup), so a client the pool replaced is never used.
+        """
+        if self._failed:
+            return None
+        directory = self._aeron_dir or default_aeron_dir()
+        if not self._required and not os.path.exists(os.path.join(directory, "cnc.dat")):
+            self._failed = True
+            return None
+        try:
+            return self._pool.client(directory, host_driver_only=True).counters_reader
+        except Exception as ex:
+            if self._required:
+                detail = "" if isinstance(ex, NoMediaDriverError) else f": {ex}"
+                raise OptionError(f"option aeronDir: no media driver reachable at {directory}{detail}") from ex
+            log.debug("no media driver at %s, active recordings are tailed by scanning: %s", directory, ex)
+            self._failed = True
+            return None
 
     def position(self, descriptor: RecordingDescriptor, archive_id: int = -1) -> int | None:
         """The live rec-pos of an active recording, or None if no matching counter is allocated."""
@@ -304,21 +313,21 @@ class _Counters:
         return value
 
     def close(self) -> None:
-        client, self._client = self._client, None
-        if client is not None and self._owns_client:
-            client.close()
+        """Forget counter ids (the client is the pool's, not closed here)."""
+        self._ids.clear()
 
 
 class DiskRecordingSource(RecordingSource):
     """Recordings in `archiveDir`, read straight from the catalog and segment files."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, pool: ConnectionPool | None = None) -> None:
         super().__init__(options)
         assert options.archive_dir is not None
         self.archive_dir = options.archive_dir
         if not os.path.isfile(os.path.join(self.archive_dir, CATALOG_FILE_NAME)):
             raise OptionError(f"option archiveDir: no {CATALOG_FILE_NAME} in {self.archive_dir}")
-        self._counters = _Counters(options.aeron_dir, required=options.aeron_dir is not None)
+        self._counters = _Counters(pool if pool is not None else connection_pool(), options.aeron_dir,
+                                   required=options.aeron_dir is not None)
         self._tail: dict[int, int] = {}
         self._chunk_source = DiskChunkSource(_SCAN_CHUNK)
 
@@ -385,86 +394,70 @@ class DiskRecordingSource(RecordingSource):
 class RemoteRecordingSource(RecordingSource):
     """Recordings of a running archive, through the control protocol (and local counters when visible)."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, pool: ConnectionPool | None = None) -> None:
         super().__init__(options)
         assert options.connection is not None
         self.connection = options.connection
-        self._archive: Any = None
+        self.pool = pool if pool is not None else connection_pool()
         self._chunk_source: ChunkSource | None = None
         self._counters: _Counters | None = None
 
     def describe(self) -> str:
         return self.connection.describe()
 
-    @property
-    def archive(self) -> Any:
-        if self._archive is None:
-            self._archive = _connect_archive(self.connection, "aeron-archive-spark-planner")
-        return self._archive
+    @contextmanager
+    def _archive(self) -> Iterator[AeronArchive]:
+        """A leased planner session on the host's driver; errors name the control channel, stream and driver."""
+        lease = self.pool.archive(self.connection, purpose="planner", host_driver_only=True)
+        try:
+            archive = lease.acquire()
+        except NoMediaDriverError as ex:
+            raise OptionError(f"{ex}: start one there, set aeronDir (or $AERON_DIR), or read segment files "
+                              "directly with archiveDir") from ex
+        with lease:  # a failed request closes the session instead of returning it
+            yield archive
 
     def list_selected(self) -> dict[int, RecordingDescriptor]:
         selection = self.options.selection
-        if selection.recording_ids is not None:
-            found = (self.archive.list_recording(rid) for rid in selection.recording_ids)
-            return {d.recording_id: d for d in found if d is not None}
-        assert selection.channel is not None and selection.stream_id is not None
-        listed = self.archive.list_recordings_for_uri(0, 2**31 - 1, selection.channel, selection.stream_id)
+        with self._archive() as archive:
+            if selection.recording_ids is not None:
+                found = [archive.list_recording(rid) for rid in selection.recording_ids]
+                return {d.recording_id: d for d in found if d is not None}
+            assert selection.channel is not None and selection.stream_id is not None
+            listed = archive.list_recordings_for_uri(0, 2**31 - 1, selection.channel, selection.stream_id)
         return {d.recording_id: d for d in listed}
 
     def recorded_end(self, descriptor: RecordingDescriptor) -> int:
         if not descriptor.is_active:
             return descriptor.stop_position
-        archive = self.archive
         if self._counters is None:
-            self._counters = _Counters(archive.aeron.aeron_dir, required=False, client=archive.aeron)
-        live = self._counters.position(descriptor, archive.archive_id())
-        if live is not None:
-            return live
-        live = archive.get_recording_position(descriptor.recording_id)
-        if live != NULL_POSITION:
-            return int(live)
-        return int(archive.get_stop_position(descriptor.recording_id))
+            self._counters = _Counters(self.pool, self.connection.aeron_dir, required=False)
+        with self._archive() as archive:
+            live = self._counters.position(descriptor, archive.archive_id())
+            if live is not None:
+                return live
+            live = archive.get_recording_position(descriptor.recording_id)
+            if live != NULL_POSITION:
+                return int(live)
+            return int(archive.get_stop_position(descriptor.recording_id))
 
     def chunk_source(self) -> ChunkSource:
         if self._chunk_source is None:
-                self._chunk_source = ReplayChunkSource()
+            self._chunk_source = ReplayChunkSource(pool=self.pool)
         return self._chunk_source
 
     def partition_location(self) -> tuple[str | None, ConnectionOptions | None]:
         return None, self.connection
 
     def close(self) -> None:
+        """Nothing to release but cached counter ids: sessions and clients are the pool's."""
         if self._counters is not None:
             self._counters.close()
             self._counters = None
-        archive, self._archive = self._archive, None
-        if archive is not None:
-            archive.close()
 
 
-def _connect_archive(connection: ConnectionOptions, client_name: str) -> AeronArchive:
-    """An AeronArchive client; errors name the control channel, stream and media driver directory."""
-    aeron_dir = connection.resolved_aeron_dir()
-    if not os.path.isdir(aeron_dir):
-        raise OptionError(
-            f"no media driver at aeronDir={aeron_dir}: start one there, set aeronDir (or $AERON_DIR), "
-            "or read segment files directly with archiveDir"
-        )
-    try:
-        return AeronArchive.connect(
-            aeron_dir,
-            connection.control_channel,
-            connection.control_stream_id,
-            connection.control_response_channel,
-            connection.control_response_stream_id,
-            message_timeout_s=connection.message_timeout_ms / 1000.0,
-            client_name=client_name,
-        )
-    except Exception as ex:
-        raise ConnectionError(f"cannot reach the {connection.describe()}: {ex}") from ex
-
-
-def open_recording_source(options: SourceOptions) -> RecordingSource:
+def open_recording_source(options: SourceOptions, pool: ConnectionPool | None = None) -> RecordingSource:
+    """The source for `archiveDir`, else for the running archive; `pool` defaults to `connection_pool()`."""
     if options.archive_dir is not None:
-        return DiskRecordingSource(options)
-    return RemoteRecordingSource(options)
+        return DiskRecordingSource(options, pool)
+    return RemoteRecordingSource(options, pool)

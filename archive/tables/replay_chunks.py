@@ -2,8 +2,9 @@
 
 Used when the options name a running archive and no `archiveDir`. Each partition read, on the executor:
 
-1. takes this process's Aeron client (`aeron_archive_spark.archive.client.pool`: the host's media driver, or one embedded driver)
-   and opens its own control session to the archive (`AeronArchive.connect`);
+1. leases a control session from this process's connection pool (`aeron_archive_spark.archive.client.pool`: on
+   the host's media driver, or one embedded driver; a session returned by an earlier read of the same archive is
+   reused) and keeps it for the whole read, since replay errors arrive on it;
 2. replays `[start, end + SLACK)` (capped at `limit`) on `replayChannel`/`replayStreamId`. The archive sends
    every frame that *starts* before the replay limit whole, so unfragmented messages never need more. If the
    caller still iterates when that replay is done (the last message is fragmented past the bound), it replays on
@@ -18,7 +19,8 @@ Back pressure: the image is polled only when the caller asks for the next chunk,
 the archive's replay publication (flow control), never drops data. Liveness: if no frame arrives for the message
 timeout (`messageTimeout`) while the caller waits, or the replay image ends early, the read fails naming the
 recording, position, replay channel and archive. Cleanup: the active replay is stopped (`stop_replay`) and the
-subscription and control session are closed in a `finally`, also when the caller stops iterating early.
+subscription closed in a `finally`, also when the caller stops iterating early; the control session goes back to
+the pool, unless the read failed (or the replay could not be stopped), which closes it.
 
 Channels: with a UDP endpoint of port 0 (the default `aeron:udp?endpoint=localhost:0`) the subscription is added
 first and its bound port resolved before the replay request (one ephemeral port per read, so only this replay
@@ -38,7 +40,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from aeron_archive_spark.archive.channel import ChannelUri, add_session_id
-from aeron_archive_spark.archive.client import pool as executor_aeron
+from aeron_archive_spark.archive.client.pool import (
+    ArchiveConnectError,
+    ArchiveLease,
+    ConnectionPool,
+    connection_pool,
+    localize_channel,
+)
 from aeron_archive_spark.archive.exceptions import ArchiveError
 from aeron_archive_spark.archive.storage.frames import (
     HDR_TYPE_PAD,
@@ -82,9 +90,12 @@ class ReplayFetchError(RuntimeError):
 class ReplayChunkSource:
     """`ChunkSource` over bounded replays from a running archive (see the module docstring)."""
 
-    def __init__(self, chunk_length: int = CHUNK_LENGTH, stall_timeout_s: float | None = None) -> None:
+    def __init__(self, chunk_length: int = CHUNK_LENGTH, stall_timeout_s: float | None = None,
+                 pool: ConnectionPool | None = None) -> None:
+        """`pool`: where control sessions come from (default: the process-wide `connection_pool()`)."""
         self._chunk_length = chunk_length
         self._stall_timeout_s = stall_timeout_s
+        self._pool = pool
 
     def iter_chunks(self, partition: ReadRange) -> Iterator[tuple[memoryview, int]]:
         connection = partition.connection
@@ -93,18 +104,24 @@ class ReplayChunkSource:
                              "connection options (it reads archiveDir)")
         if partition.start >= partition.limit:
             return
-        fetch = _ReplayFetch(partition, connection, self._chunk_length, self._stall_timeout_s)
+        pool = self._pool if self._pool is not None else connection_pool()
+        fetch = _ReplayFetch(partition, connection, self._chunk_length, self._stall_timeout_s, pool)
+        failed = True
         try:
             yield from fetch.chunks()
+            failed = False
+        except GeneratorExit:  # the caller stopped early (it had the message it needed): not a failure
+            failed = False
+            raise
         finally:
-            fetch.close()
+            fetch.close(failed)
 
 
 class _ReplayFetch:
     """The state of one partition read: control session, current replay, subscription, chunk buffer."""
 
     def __init__(self, partition: ReadRange, connection: ConnectionOptions, chunk_length: int,
-                 stall_timeout_s: float | None) -> None:
+                 stall_timeout_s: float | None, pool: ConnectionPool) -> None:
         self.recording_id = partition.recording_id
         self.session_id = partition.recording.session_id
         self.recording_stream_id = partition.recording.stream_id
@@ -113,11 +130,13 @@ class _ReplayFetch:
         self.limit = partition.limit
         self.connection = connection
         self.timeout_s = stall_timeout_s if stall_timeout_s is not None else connection.message_timeout_ms / 1000.0
-        self.channel = executor_aeron.localize_channel(connection.replay_channel)
+        self.channel = localize_channel(connection.replay_channel)
         self.stream_id = connection.replay_stream_id
         uri = ChannelUri.parse(self.channel)
         self.wildcard_port = uri.is_udp and (uri.get("endpoint") or "").endswith(":0")
         self.chunk_length = chunk_length
+        self.pool = pool
+        self.lease: ArchiveLease | None = None
         self.client: AeronClient | None = None
         self.archive: AeronArchive | None = None
         self.subscription: Subscription | None = None
@@ -140,18 +159,14 @@ class _ReplayFetch:
     # ---- lifecycle --------------------------------------------------------------------------------------------
 
     def connect(self) -> None:
-        from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
-
-        c = self.connection
+        """Lease a control session (the pool localizes a `0.0.0.0` response endpoint), then bind the replay port."""
+        self.lease = self.pool.archive(self.connection, purpose="replay")
         try:
-            self.client = executor_aeron.aeron_client(c.aeron_dir)
-            self.archive = AeronArchive.connect(
-                control_request_channel=c.control_channel, control_request_stream_id=c.control_stream_id,
-                control_response_channel=executor_aeron.localize_channel(c.control_response_channel),
-                control_response_stream_id=c.control_response_stream_id, aeron=self.client,
-                message_timeout_s=c.message_timeout_ms / 1000.0, client_name="aeron-archive-spark-replay")
+            self.archive = self.lease.acquire()
         except Exception as ex:
-            raise ReplayFetchError(f"cannot reach the archive to replay {self.where()}: {ex}") from ex
+            reason = ex.reason if isinstance(ex, ArchiveConnectError) else ex
+            raise ReplayFetchError(f"cannot reach the archive to replay {self.where()}: {reason}") from ex
+        self.client = self.archive.aeron
         if self.wildcard_port:
             # One ephemeral port per read: bind first, then tell the archive the resolved endpoint.
             self.subscription = self._add_subscription(self.channel)
@@ -210,9 +225,15 @@ class _ReplayFetch:
         except ArchiveError as ex:
             raise ReplayFetchError(f"the archive failed or went away during the replay of {self.where()}: {ex}") from ex
 
-    def close(self) -> None:
-        """Stop the replay if it is still running, then release the subscription and the control session."""
+    def close(self, failed: bool) -> None:
+        """Stop the replay if it is still running, close the subscription, end the lease of the control session.
+
+        The session goes back to the pool after a read that completed or was stopped early by the caller; after a
+        failure, or if the replay could not be stopped, its state is unknown and the pool closes it.
+        """
         archive, self.archive = self.archive, None
+        lease, self.lease = self.lease, None
+        evict = failed
         try:
             if archive is not None and self.replay_active and self.replay_session_id is not None:
                 try:
@@ -220,14 +241,15 @@ class _ReplayFetch:
                     log.debug("stopped replay %d of recording %d at position %d", self.replay_session_id,
                               self.recording_id, self.position)
                 except Exception as ex:
+                    evict = True
                     log.warning("could not stop replay %d of %s: %s", self.replay_session_id, self.where(), ex)
                 self.replay_active = False
         finally:
             if self.subscription is not None:
                 self.subscription.close()
                 self.subscription = None
-            if archive is not None:
-                archive.close()
+            if lease is not None:
+                lease.release(evict=evict)
 
     # ---- fetching ---------------------------------------------------------------------------------------------
 
@@ -239,12 +261,12 @@ class _ReplayFetch:
         chunk_position = self.position
         segment_limit = min(self.limit, max(self.end, self.start + 32) + SLACK)
         continuation = CONTINUATION_LENGTH
+        cut = False
         while True:
             image = self.start_replay(self.position, segment_limit - self.position)
-            bits = image.position_bits_to_shift
-            initial_term_id = image.initial_term_id
 
-            def on_block(block: memoryview, _session_id: int, term_id: int) -> None:
+            def on_block(block: memoryview, _session_id: int, term_id: int, bits: int = image.position_bits_to_shift,
+                         initial_term_id: int = image.initial_term_id) -> None:
                 nonlocal fill, cut
                 term_offset = _TERM_OFFSET.unpack_from(block, TERM_OFFSET_FIELD_OFFSET)[0]
                 block_position = compute_position(term_id, term_offset, bits, initial_term_id)

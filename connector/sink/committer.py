@@ -15,18 +15,17 @@ The protocol (one commit, under the state directory's lock):
    then stop the recording, so it is stopped between batches and the next extend starts from a known position.
 4. Append the batch map entry (the commit point: atomic file + fsync), then remove `pending.json`.
 
-The archive connection is cached per process: Spark reuses its Python worker for successive commits, so the
-connect handshake is paid once, not per micro-batch.
+Connections are not this module's business: each commit leases a control session on the host's media driver from
+the process's connection pool (`aeron_archive_spark.archive.client.pool`), which keeps it for the next commit
+(Spark reuses its Python worker, so the connect handshake is paid once, not per micro-batch) and closes it instead
+when the commit failed (an injected fault aside: it simulates a crash of the commit, not of the connection).
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
-import os
 import shutil
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,6 +37,12 @@ from aeron_archive_spark.archive.client.aeron_archive import (
     RecordingSignalEvent,
 )
 from aeron_archive_spark.archive.client.connection import ConnectionOptions
+from aeron_archive_spark.archive.client.pool import (
+    ArchiveConnectError,
+    ArchiveLease,
+    NoMediaDriverError,
+    connection_pool,
+)
 from aeron_archive_spark.archive.constants import (
     NULL_COUNTER_ID,
     NULL_POSITION,
@@ -45,7 +50,7 @@ from aeron_archive_spark.archive.constants import (
     SourceLocation,
 )
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
-from aeron_archive_spark.archive.native import AeronClient, ExclusivePublication
+from aeron_archive_spark.archive.native import ExclusivePublication
 from aeron_archive_spark.archive.recording_pos import (
     find_counter_id_by_recording,
     is_active,
@@ -85,10 +90,10 @@ LOCK_TIMEOUT_S = 600.0
 _SESSION_PARAMS = ("session_id", "init_term_id", "term_id", "term_offset")
 
 
-# -- archive connection cache ---------------------------------------------------------------------------------
+# -- the archive session ---------------------------------------------------------------------------------------
 
 class _SignalLog:
-    """Recording signals received on a cached connection, so a waiter can look for the one it caused."""
+    """Recording signals received during a commit's lease, so a waiter can look for the one it caused."""
 
     def __init__(self) -> None:
         self.events: list[RecordingSignalEvent] = []
@@ -103,73 +108,17 @@ class _SignalLog:
         self.events.clear()
 
 
-_connections: dict[ConnectionOptions, tuple[AeronArchive, _SignalLog]] = {}
-_connections_lock = threading.Lock()
-
-
-def _connect(options: ConnectionOptions) -> tuple[AeronArchive, _SignalLog]:
-    with _connections_lock:
-        cached = _connections.get(options)
-        if cached is not None:
-            try:
-                cached[0].poll_for_recording_signals()  # raises if the control session or the driver is gone
-                return cached
-            except Exception as ex:
-                log.info("cached archive connection is unusable (%s); reconnecting", ex)
-                _connections.pop(options, None)
-                _close_quietly(cached[0])
-        aeron_dir = options.resolved_aeron_dir()
-        if not os.path.isdir(aeron_dir):
-            raise SinkError(f"no media driver at aeronDir={aeron_dir}: start one there or set option aeronDir "
-                            "(or $AERON_DIR) to the directory of the archive's media driver")
-        signals = _SignalLog()
-        client: AeronClient | None = None
-        try:
-            client = _new_client(aeron_dir)
-            archive = AeronArchive.connect(
-                aeron_dir, options.control_channel, options.control_stream_id, options.control_response_channel,
-                options.control_response_stream_id, aeron=client, message_timeout_s=options.message_timeout_ms / 1000,
-                client_name="aeron-archive-spark-sink", recording_signal_consumer=signals)
-        except Exception as ex:
-            if client is not None:
-                client.close()
-            raise SinkError(f"cannot reach the {options.describe()}: {ex}") from ex
-        _connections[options] = (archive, signals)
-        return archive, signals
-
-
-def _new_client(aeron_dir: str) -> AeronClient:
-    """AeronClient defaults to a 1 ms conductor idle sleep, so each per-batch add costs ~2 ms, not ~32 ms."""
-    return AeronClient(aeron_dir, client_name="aeron-archive-spark-sink")
-
-
-def _evict(options: ConnectionOptions) -> None:
-    with _connections_lock:
-        cached = _connections.pop(options, None)
-    if cached is not None:
-        _close_quietly(cached[0])
-
-
-def _close_quietly(archive: AeronArchive) -> None:
-    """Close the control session and the Aeron client it runs on (the client is ours, not the archive's)."""
+def _lease_archive(connection: ConnectionOptions, signals: _SignalLog) -> tuple[ArchiveLease, AeronArchive]:
+    """A pooled control session on the host's media driver, with `signals` receiving its recording signals."""
+    lease = connection_pool().archive(connection, purpose="sink", host_driver_only=True,
+                                      recording_signal_consumer=signals, keep_on=(InjectedFault,))
     try:
-        archive.close()
-    except Exception as ex:
-        log.debug("closing archive client: %s", ex)
-    try:
-        archive.aeron.close()
-    except Exception as ex:
-        log.debug("closing Aeron client: %s", ex)
-
-
-@atexit.register
-def close_connections() -> None:
-    """Close every cached archive connection of this process (tests; also at exit)."""
-    with _connections_lock:
-        cached = list(_connections.values())
-        _connections.clear()
-    for archive, _ in cached:
-        _close_quietly(archive)
+        return lease, lease.acquire()
+    except NoMediaDriverError as ex:
+        raise SinkError(f"{ex}: start one there or set option aeronDir (or $AERON_DIR) to the directory of the "
+                        "archive's media driver") from ex
+    except ArchiveConnectError as ex:
+        raise SinkError(str(ex)) from ex
 
 
 # -- one archive conversation -----------------------------------------------------------------------------------
@@ -415,22 +364,21 @@ def _commit_locked(options: SinkOptions, state_dir: str, staged: list[StagedPart
     fault_dir = options.state_dir or options.staging_dir
     faults.check(fault_dir, "before-publish", batchId=batch_id)
 
-    archive, signals = _connect(options.connection)
-    ops = ArchiveOps(archive, signals, options)
-    try:
-        pending = load_pending(state_dir)
-        if pending is not None:
-            recover(ops, state_dir, pending)
-        return _publish(ops, options, state_dir, state, last, staged, batch_id, kind, query_id, fault_dir), True
-    except InjectedFault:
-        raise
-    except SinkError:
-        _evict(options.connection)
-        raise
-    except Exception as ex:
-        _evict(options.connection)
-        raise SinkError(f"commit of batch {batch_id} to {options.target_text()} failed: {ex} "
-                        f"({options.connection.describe()}); a partly published batch is truncated by the next commit") from ex
+    signals = _SignalLog()
+    lease, archive = _lease_archive(options.connection, signals)
+    with lease:  # an error (but an injected fault) closes the session instead of returning it to the pool
+        ops = ArchiveOps(archive, signals, options)
+        try:
+            pending = load_pending(state_dir)
+            if pending is not None:
+                recover(ops, state_dir, pending)
+            return _publish(ops, options, state_dir, state, last, staged, batch_id, kind, query_id, fault_dir), True
+        except SinkError:
+            raise
+        except Exception as ex:
+            raise SinkError(f"commit of batch {batch_id} to {options.target_text()} failed: {ex} "
+                            f"({options.connection.describe()}); a partly published batch is truncated by the next "
+                            "commit") from ex
 
 
 def recover(ops: ArchiveOps, state_dir: str, pending: Pending) -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 
 import pytest
-
-from aeron_archive_spark.connector.sink.batch_map import read_batch_map
-from aeron_archive_spark.connector.sink.committer import close_connections
-from aeron_archive_spark.connector.sink.state import load_state
 from system.harness import Harness
 from system.test_sink_util import replay_range, replay_recording, sink_option_map
+
+from aeron_archive_spark.archive.client.pool import connection_pool
+from aeron_archive_spark.connector.sink.batch_map import read_batch_map
+from aeron_archive_spark.connector.sink.state import load_state
 
 pytestmark = pytest.mark.spark
 
@@ -21,7 +21,7 @@ EXAMPLE_SCHEMA = os.path.join(os.path.dirname(__file__), "..", "..", "examples",
 def harness(aeron_dir, tmp_path):
     h = Harness(aeron_dir, str(tmp_path / "archive"))
     yield h
-    close_connections()
+    connection_pool().close()
     h.close()
 
 

@@ -14,13 +14,13 @@ import subprocess
 import sys
 
 import pytest
-
-from aeron_archive_spark.connector.sink import faults
-from aeron_archive_spark.connector.sink.committer import close_connections
-from aeron_archive_spark.connector.sink.options import STATE_SUBDIR
 from spark.test_sink_stream import ROWS_PER_BATCH, assert_exactly_once
 from system.harness import Harness
 from system.test_sink_util import sink_option_map
+
+from aeron_archive_spark.archive.client.pool import connection_pool
+from aeron_archive_spark.connector.sink import faults
+from aeron_archive_spark.connector.sink.options import STATE_SUBDIR
 
 pytestmark = pytest.mark.spark
 
@@ -58,7 +58,7 @@ print(json.dumps({"error": None if error is None else str(error)}))
 def harness(aeron_dir, tmp_path):
     h = Harness(aeron_dir, str(tmp_path / "archive"))
     yield h
-    close_connections()
+    connection_pool().close()
     h.close()
 
 

@@ -15,14 +15,14 @@ import random
 import time
 
 import pytest
-
-from aeron_archive_spark.connector.sink import faults
-from aeron_archive_spark.connector.sink.batch_map import read_batch_map
-from aeron_archive_spark.connector.sink.committer import close_connections
-from aeron_archive_spark.connector.sink.options import STATE_SUBDIR
-from aeron_archive_spark.connector.sink.state import load_pending, load_state
 from system.harness import Harness, wait_for
 from system.test_sink_util import replay_range, sink_option_map
+
+from aeron_archive_spark.archive.client.pool import connection_pool
+from aeron_archive_spark.connector.sink import faults
+from aeron_archive_spark.connector.sink.batch_map import read_batch_map
+from aeron_archive_spark.connector.sink.options import STATE_SUBDIR
+from aeron_archive_spark.connector.sink.state import load_pending, load_state
 
 pytestmark = pytest.mark.spark
 
@@ -34,7 +34,7 @@ PARTITIONS = 2
 def harness(aeron_dir, tmp_path):
     h = Harness(aeron_dir, str(tmp_path / "archive"))
     yield h
-    close_connections()
+    connection_pool().close()
     h.close()
 
 

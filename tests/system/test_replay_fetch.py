@@ -226,8 +226,9 @@ def test_executor_without_a_driver_starts_an_embedded_one_and_receives_the_repla
     """A remote executor: no driver in its aeronDir, so it runs its own; control and replay go over UDP."""
     from conftest import free_udp_port
 
-    from aeron_archive_spark.archive.client import pool as executor_aeron
+    from aeron_archive_spark.archive.client.pool import connection_pool
 
+    pool = connection_pool()
     control = f"aeron:udp?endpoint=localhost:{free_udp_port()}"
     h = Harness(aeron_dir, str(tmp_path / "archive"), control_channel=control, control_stream_id=7711)
     try:
@@ -238,10 +239,10 @@ def test_executor_without_a_driver_starts_an_embedded_one_and_receives_the_repla
                                  message_timeout_ms=5_000)
         got = read_like_the_source(ReplayChunkSource(), partition(d, 0, d.stop_position, d.stop_position, conn))
         assert got == disk_frames(h.ctx.archive_dir, d, 0, d.stop_position)
-        embedded = executor_aeron.embedded_driver_dir()
+        embedded = pool.embedded_driver_dir()
         assert embedded is not None and embedded != aeron_dir
-        assert executor_aeron.aeron_client(conn.aeron_dir).aeron_dir == embedded  # reused, not recreated
+        assert pool.client(conn.aeron_dir).aeron_dir == embedded  # reused, not recreated
     finally:
         h.close()
-        executor_aeron.close_executor_aeron()
-    assert executor_aeron.embedded_driver_dir() is None
+        pool.close()
+    assert pool.embedded_driver_dir() is None

@@ -19,12 +19,13 @@ import time
 import pytest
 
 from aeron_archive_spark.archive import SourceLocation
+from aeron_archive_spark.archive.client.pool import connection_pool
 from aeron_archive_spark.archive.constants import RecordingSignal
 from aeron_archive_spark.archive.tables.option_table import OptionError
 
 from aeron_archive_spark.connector.sink import faults
 from aeron_archive_spark.connector.sink.batch_map import read_batch_map
-from aeron_archive_spark.connector.sink.committer import close_connections, commit_batch
+from aeron_archive_spark.connector.sink.committer import commit_batch
 from aeron_archive_spark.connector.sink.errors import InjectedFault, SinkError
 from aeron_archive_spark.connector.sink.state import PENDING_FILE, load_pending, load_state
 from system.harness import Harness, offer_all, payloads_of, wait_for
@@ -37,7 +38,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def harness(aeron_dir, tmp_path):
     h = Harness(aeron_dir, str(tmp_path / "archive"))
     yield h
-    close_connections()
+    connection_pool().close()
     h.close()
 
 
@@ -64,7 +65,7 @@ def commit_in_child(options, messages, batch_id: int) -> int:
     """Run commit_batch in a fresh process (a crash there is a real crash); returns its exit code."""
     payload = pickle.dumps((options, messages, batch_id))
     code = ("import pickle, sys, logging; logging.basicConfig(level=logging.INFO)\n"
-            "from aeron_archive_spark.connector.sink.committer import close_connections, commit_batch\n"
+            "from aeron_archive_spark.connector.sink.committer import commit_batch\n"
             "options, messages, batch_id = pickle.loads(sys.stdin.buffer.read())\n"
             "commit_batch(options, messages, batch_id, str(batch_id), True)\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]))
