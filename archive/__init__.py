@@ -18,8 +18,15 @@ if TYPE_CHECKING:
     from aeron_archive_spark.archive.server.archive import Archive
     from aeron_archive_spark.archive.server.context import ArchiveContext
 
-__all__ = ["AeronArchive", "Archive", "ArchiveContext", "ArchiveError", "ErrorCode", "RecordingDescriptor",
-           "SourceLocation"]
+__all__ = [
+    "AeronArchive",
+    "Archive",
+    "ArchiveContext",
+    "ArchiveError",
+    "ErrorCode",
+    "RecordingDescriptor",
+    "SourceLocation",
+]
 
 _LAZY = {
     "AeronArchive": "aeron_archive_spark.archive.client.aeron_archive",
@@ -33,4 +40,5 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'aeron_archive_spark.archive' has no attribute {name!r}")
     import importlib
+
     return getattr(importlib.import_module(module), name)

@@ -16,9 +16,29 @@ UDP_MEDIA = "udp"
 
 # Parameters kept by ArchiveConductor.strippedChannelBuilder (facts sheet §5.2).
 _STRIPPED_PARAMS = (
-    "endpoint", "interface", "control", "control-mode", "tags", "rejoin", "group", "tether", "fc", "gtag", "cc",
-    "so-rcvbuf", "so-sndbuf", "rcv-wnd", "media-rcv-ts-offset", "channel-rcv-ts-offset", "channel-snd-ts-offset",
-    "session-id", "alias", "response-correlation-id", "response-endpoint", "ttl", "stream-id",
+    "endpoint",
+    "interface",
+    "control",
+    "control-mode",
+    "tags",
+    "rejoin",
+    "group",
+    "tether",
+    "fc",
+    "gtag",
+    "cc",
+    "so-rcvbuf",
+    "so-sndbuf",
+    "rcv-wnd",
+    "media-rcv-ts-offset",
+    "channel-rcv-ts-offset",
+    "channel-snd-ts-offset",
+    "session-id",
+    "alias",
+    "response-correlation-id",
+    "response-endpoint",
+    "ttl",
+    "stream-id",
 )
 # Parameters that identify a recording subscription (facts sheet §6.1).
 _KEY_PARAMS = ("endpoint", "interface", "control", "session-id", "tags")
@@ -41,10 +61,10 @@ class ChannelUri:
         text = uri
         prefix = ""
         if text.startswith(SPY_PREFIX):
-            prefix, text = SPY_PREFIX, text[len(SPY_PREFIX):]
+            prefix, text = SPY_PREFIX, text[len(SPY_PREFIX) :]
         if not text.startswith(AERON_SCHEME + ":"):
             raise ChannelError(f"channel URI must start with 'aeron:': {uri!r}")
-        rest = text[len(AERON_SCHEME) + 1:]
+        rest = text[len(AERON_SCHEME) + 1 :]
         media, _, query = rest.partition("?")
         if media not in (IPC_MEDIA, UDP_MEDIA):
             raise ChannelError(f"unknown media '{media}' in channel URI: {uri!r}")

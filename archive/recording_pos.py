@@ -38,7 +38,7 @@ def decode_key(key: bytes) -> tuple[int, int, str, int]:
     """(recordingId, sessionId, sourceIdentity, archiveId) from a counter key."""
     recording_id, session_id, length = _HEAD.unpack_from(key, 0)
     length = max(0, min(length, MAX_SOURCE_IDENTITY_LENGTH))
-    source = bytes(key[16:16 + length]).decode("ascii", "replace")
+    source = bytes(key[16 : 16 + length]).decode("ascii", "replace")
     archive_id = struct.unpack_from("<q", key, 16 + length)[0] if len(key) >= 24 + length else NULL_VALUE
     return recording_id, session_id, source, archive_id
 
@@ -47,7 +47,7 @@ def label(recording_id: int, session_id: int, stream_id: int, stripped_channel: 
     head = f"rec-pos: {recording_id} {session_id} {stream_id} "
     tail = f" - archiveId={archive_id}"
     room = MAX_LABEL_LENGTH - len(head) - len(tail)
-    return head + stripped_channel[:max(0, room)] + tail
+    return head + stripped_channel[: max(0, room)] + tail
 
 
 def _scan(reader: CountersReaderLike, match: Callable[[tuple[int, int, str, int]], bool]) -> int:

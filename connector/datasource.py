@@ -31,20 +31,25 @@ class AeronArchiveDataSource(DataSource):
 
     def schema(self) -> StructType:
         from aeron_archive_spark.connector.source.schema import source_schema
+
         return source_schema(self.options)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from aeron_archive_spark.connector.source.batch_reader import AeronArchiveBatchReader
+
         return AeronArchiveBatchReader(self.options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from aeron_archive_spark.connector.source.stream_reader import AeronArchiveStreamReader
+
         return AeronArchiveStreamReader(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from aeron_archive_spark.connector.sink.batch_writer import AeronArchiveBatchWriter
+
         return AeronArchiveBatchWriter(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from aeron_archive_spark.connector.sink.stream_writer import AeronArchiveStreamWriter
+
         return AeronArchiveStreamWriter(self.options, schema, overwrite)

@@ -22,19 +22,43 @@ from aeron_archive_spark.archive.tables.options import RECORDING_OPTIONS
 # A streaming sink keeps its state here under the query's checkpointLocation unless sinkStateDir says otherwise.
 STATE_SUBDIR = "aeron-archive-sink"
 
-SINK_OPTIONS = OptionTable((
-    OptionSpec("sinkStateDir", parse_string, None, Mode.WRITE,
-               "sink state: recording id, batch id -> positions map, pending-commit marker; one per query, on a "
-               "filesystem the driver can fsync", f"<checkpointLocation>/{STATE_SUBDIR} (streaming); none (batch)"),
-    OptionSpec("stagingLocation", parse_string, None, Mode.WRITE,
-               "where executors stage each partition's Arrow data until the driver commits it; executors and "
-               "driver must share it", "<sinkStateDir>/staging (batch without sinkStateDir: a temp dir)"),
-    OptionSpec("sourceLocation", choice_parser("local", "remote"), "local", Mode.WRITE,
-               "where the archive finds the sink's publication: local (same media driver, spy for UDP) or remote"),
-    OptionSpec("publishTimeout", parse_duration_ms, 30_000, Mode.WRITE,
-               "fail a commit when the archive makes no progress (back pressure, recorder, signals) this long",
-               "30s"),
-))
+SINK_OPTIONS = OptionTable(
+    (
+        OptionSpec(
+            "sinkStateDir",
+            parse_string,
+            None,
+            Mode.WRITE,
+            "sink state: recording id, batch id -> positions map, pending-commit marker; one per query, on a "
+            "filesystem the driver can fsync",
+            f"<checkpointLocation>/{STATE_SUBDIR} (streaming); none (batch)",
+        ),
+        OptionSpec(
+            "stagingLocation",
+            parse_string,
+            None,
+            Mode.WRITE,
+            "where executors stage each partition's Arrow data until the driver commits it; executors and "
+            "driver must share it",
+            "<sinkStateDir>/staging (batch without sinkStateDir: a temp dir)",
+        ),
+        OptionSpec(
+            "sourceLocation",
+            choice_parser("local", "remote"),
+            "local",
+            Mode.WRITE,
+            "where the archive finds the sink's publication: local (same media driver, spy for UDP) or remote",
+        ),
+        OptionSpec(
+            "publishTimeout",
+            parse_duration_ms,
+            30_000,
+            Mode.WRITE,
+            "fail a commit when the archive makes no progress (back pressure, recorder, signals) this long",
+            "30s",
+        ),
+    )
+)
 
 OPTIONS: OptionTable = RECORDING_OPTIONS + SINK_OPTIONS
 

@@ -25,8 +25,14 @@ from aeron_archive_spark.archive.tables.schema import row_schema
 PARTITION_BYTES = 64 * 1024 * 1024
 
 
-def export_recording(archive_dir: str, recording_id: int, to: str, sbe_schema: str | None = None,
-                     sbe_message: str | None = None, progress: bool = True) -> tuple[int, int]:
+def export_recording(
+    archive_dir: str,
+    recording_id: int,
+    to: str,
+    sbe_schema: str | None = None,
+    sbe_message: str | None = None,
+    progress: bool = True,
+) -> tuple[int, int]:
     """Write the recording's messages to `to`; returns (rows, bytes of stream exported)."""
     raw = {"archiveDir": archive_dir, "recordingId": str(recording_id)}
     if sbe_schema:
@@ -44,9 +50,18 @@ def export_recording(archive_dir: str, recording_id: int, to: str, sbe_schema: s
         start, end = descriptor.start_position, source.safe_end(descriptor)
         ranges = plan_ranges([(RecordingFacts.of(descriptor), start, end, end)], PARTITION_BYTES, archive_dir, None)
         rows = 0
-        with pq.ParquetWriter(to, schema) as writer, \
-                tqdm(total=end - start, unit="B", unit_scale=True, unit_divisor=1024, disable=not progress,
-                     desc=f"recording {recording_id}", file=sys.stderr) as bar:
+        with (
+            pq.ParquetWriter(to, schema) as writer,
+            tqdm(
+                total=end - start,
+                unit="B",
+                unit_scale=True,
+                unit_divisor=1024,
+                disable=not progress,
+                desc=f"recording {recording_id}",
+                file=sys.stderr,
+            ) as bar,
+        ):
             done = start
             for read_range in ranges:
                 for batch in read_batches(read_range, schema, decoder):
@@ -75,7 +90,8 @@ def add_subparser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def run(args: argparse.Namespace) -> int:
-    rows, length = export_recording(args.dir, args.recording_id, args.to, args.sbe_schema, args.sbe_message,
-                                    progress=not args.no_progress)
+    rows, length = export_recording(
+        args.dir, args.recording_id, args.to, args.sbe_schema, args.sbe_message, progress=not args.no_progress
+    )
     print(f"exported {rows} messages ({length} bytes of stream) of recording {args.recording_id} to {args.to}")
     return 0

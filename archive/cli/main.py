@@ -38,26 +38,39 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from aeron_archive_spark.archive.server.context import ArchiveContext
 
     ctx = ArchiveContext(
-        archive_dir=args.dir, aeron_dir=args.aeron_dir,
+        archive_dir=args.dir,
+        aeron_dir=args.aeron_dir,
         control_channel=None if args.control_channel == "none" else args.control_channel,
-        control_stream_id=args.control_stream_id, local_control_channel=args.local_control_channel,
+        control_stream_id=args.control_stream_id,
+        local_control_channel=args.local_control_channel,
         local_control_stream_id=args.local_control_stream_id,
-        recording_events_enabled=args.recording_events, recording_events_channel=args.recording_events_channel,
-        recording_events_stream_id=args.recording_events_stream_id, segment_file_length=args.segment_length,
-        file_io_max_length=args.file_io_max_length, file_sync_level=args.file_sync_level,
+        recording_events_enabled=args.recording_events,
+        recording_events_channel=args.recording_events_channel,
+        recording_events_stream_id=args.recording_events_stream_id,
+        segment_file_length=args.segment_length,
+        file_io_max_length=args.file_io_max_length,
+        file_sync_level=args.file_sync_level,
         catalog_file_sync_level=max(args.catalog_file_sync_level, args.file_sync_level),
-        record_checksum=args.record_checksum, replay_checksum=args.replay_checksum, archive_id=args.archive_id,
-        max_concurrent_recordings=args.max_recordings, max_concurrent_replays=args.max_replays,
-        low_storage_space_threshold=args.low_storage_threshold)
+        record_checksum=args.record_checksum,
+        replay_checksum=args.replay_checksum,
+        archive_id=args.archive_id,
+        max_concurrent_recordings=args.max_recordings,
+        max_concurrent_replays=args.max_replays,
+        low_storage_space_threshold=args.low_storage_threshold,
+    )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     archive = Archive.launch(ctx)
     try:
         ready = {
-            "aeronDir": archive.aeron_dir, "archiveDir": ctx.archive_dir, "controlChannel": ctx.control_channel,
-            "controlStreamId": ctx.control_stream_id, "localControlChannel": ctx.local_control_channel,
-            "localControlStreamId": ctx.local_control_stream_id, "archiveId": archive.archive_id,
+            "aeronDir": archive.aeron_dir,
+            "archiveDir": ctx.archive_dir,
+            "controlChannel": ctx.control_channel,
+            "controlStreamId": ctx.control_stream_id,
+            "localControlChannel": ctx.local_control_channel,
+            "localControlStreamId": ctx.local_control_stream_id,
+            "archiveId": archive.archive_id,
         }
         print(json.dumps(ready), flush=True)
         while not stop.wait(0.2):
@@ -70,6 +83,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def _open_catalog(archive_dir: str) -> Catalog:
     from aeron_archive_spark.archive.storage.catalog import Catalog
+
     if not os.path.isfile(os.path.join(archive_dir, c.CATALOG_FILE_NAME)):
         raise SystemExit(f"aeron-archive: no {c.CATALOG_FILE_NAME} in {archive_dir}")
     return Catalog(archive_dir, writable=False)
@@ -84,19 +98,23 @@ def _cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([d.to_json_dict() for d in descriptors], indent=2))
         return 0
-    header = f"{'id':>6} {'startPosition':>14} {'stopPosition':>14} {'bytes':>14} {'sessionId':>11} " \
-             f"{'streamId':>8}  channel"
+    header = (
+        f"{'id':>6} {'startPosition':>14} {'stopPosition':>14} {'bytes':>14} {'sessionId':>11} {'streamId':>8}  channel"
+    )
     print(header)
     for d in descriptors:
         stop = "active" if d.stop_position == c.NULL_POSITION else str(d.stop_position)
         size = "" if d.stop_position == c.NULL_POSITION else str(d.stop_position - d.start_position)
-        print(f"{d.recording_id:>6} {d.start_position:>14} {stop:>14} {size:>14} {d.session_id:>11} "
-              f"{d.stream_id:>8}  {d.original_channel}")
+        print(
+            f"{d.recording_id:>6} {d.start_position:>14} {stop:>14} {size:>14} {d.session_id:>11} "
+            f"{d.stream_id:>8}  {d.original_channel}"
+        )
     return 0
 
 
 def _cmd_describe(args: argparse.Namespace) -> int:
     from aeron_archive_spark.archive.storage import segments
+
     catalog = _open_catalog(args.dir)
     try:
         descriptor = catalog.find(args.recording_id)
@@ -116,6 +134,7 @@ def _cmd_describe(args: argparse.Namespace) -> int:
 def _cmd_verify(args: argparse.Namespace) -> int:
     from aeron_archive_spark.archive.storage.checksums import checksum_for_name
     from aeron_archive_spark.archive.storage.verify import verify_archive
+
     checksum = checksum_for_name(args.checksum) if args.checksum else None
     results = verify_archive(args.dir, fix=args.fix, checksum=checksum)
     failed = 0
@@ -123,8 +142,10 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         print(result.summary())
         if not result.ok:
             failed += 1
-    print(f"verified {len(results)} recording(s): {len(results) - failed} ok, {failed} with problems"
-          + (" (fixed)" if args.fix and failed else ""))
+    print(
+        f"verified {len(results)} recording(s): {len(results) - failed} ok, {failed} with problems"
+        + (" (fixed)" if args.fix and failed else "")
+    )
     return 0 if failed == 0 or args.fix else 1
 
 
@@ -149,8 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run an archive (embedded media driver unless --aeron-dir)")
     serve.add_argument("--dir", required=True, help="archive directory (catalog and segment files)")
     serve.add_argument("--aeron-dir", help="use the media driver running in this directory instead of embedding one")
-    serve.add_argument("--control-channel", default=c.CONTROL_CHANNEL_DEFAULT,
-                       help="UDP control request channel ('none' to disable)")
+    serve.add_argument(
+        "--control-channel", default=c.CONTROL_CHANNEL_DEFAULT, help="UDP control request channel ('none' to disable)"
+    )
     serve.add_argument("--control-stream-id", type=int, default=c.CONTROL_STREAM_ID_DEFAULT)
     serve.add_argument("--local-control-channel", default=c.LOCAL_CONTROL_CHANNEL_DEFAULT)
     serve.add_argument("--local-control-stream-id", type=int, default=c.LOCAL_CONTROL_STREAM_ID_DEFAULT)
@@ -186,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.set_defaults(func=_cmd_verify)
 
     from aeron_archive_spark.archive.cli import export, stats, tail
+
     export.add_subparser(sub)
     stats.add_subparser(sub)
     tail.add_subparser(sub)
@@ -198,9 +221,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     level = logging.WARNING - 10 * args.verbose
     if args.command == "serve":
         level = min(level, logging.INFO)
-    logging.basicConfig(level=max(level, logging.DEBUG), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=max(level, logging.DEBUG), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     from aeron_archive_spark.archive.exceptions import ArchiveError
+
     func: Callable[[argparse.Namespace], int] = args.func  # set by each subcommand's set_defaults
     try:
         return func(args)

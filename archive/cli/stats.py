@@ -9,18 +9,26 @@ import time
 from aeron_archive_spark.archive import constants as c
 
 ARCHIVE_TYPES = {
-    c.ARCHIVE_RECORDING_POSITION_TYPE_ID, c.ARCHIVE_ERROR_COUNT_TYPE_ID, c.ARCHIVE_CONTROL_SESSIONS_TYPE_ID,
-    c.ARCHIVE_MAX_CYCLE_TIME_TYPE_ID, c.ARCHIVE_CYCLE_TIME_THRESHOLD_EXCEEDED_TYPE_ID,
-    c.ARCHIVE_RECORDER_MAX_WRITE_TIME_TYPE_ID, c.ARCHIVE_RECORDER_TOTAL_WRITE_BYTES_TYPE_ID,
-    c.ARCHIVE_RECORDER_TOTAL_WRITE_TIME_TYPE_ID, c.ARCHIVE_REPLAYER_MAX_READ_TIME_TYPE_ID,
-    c.ARCHIVE_REPLAYER_TOTAL_READ_BYTES_TYPE_ID, c.ARCHIVE_REPLAYER_TOTAL_READ_TIME_TYPE_ID,
-    c.ARCHIVE_RECORDING_SESSION_COUNT_TYPE_ID, c.ARCHIVE_REPLAY_SESSION_COUNT_TYPE_ID,
+    c.ARCHIVE_RECORDING_POSITION_TYPE_ID,
+    c.ARCHIVE_ERROR_COUNT_TYPE_ID,
+    c.ARCHIVE_CONTROL_SESSIONS_TYPE_ID,
+    c.ARCHIVE_MAX_CYCLE_TIME_TYPE_ID,
+    c.ARCHIVE_CYCLE_TIME_THRESHOLD_EXCEEDED_TYPE_ID,
+    c.ARCHIVE_RECORDER_MAX_WRITE_TIME_TYPE_ID,
+    c.ARCHIVE_RECORDER_TOTAL_WRITE_BYTES_TYPE_ID,
+    c.ARCHIVE_RECORDER_TOTAL_WRITE_TIME_TYPE_ID,
+    c.ARCHIVE_REPLAYER_MAX_READ_TIME_TYPE_ID,
+    c.ARCHIVE_REPLAYER_TOTAL_READ_BYTES_TYPE_ID,
+    c.ARCHIVE_REPLAYER_TOTAL_READ_TIME_TYPE_ID,
+    c.ARCHIVE_RECORDING_SESSION_COUNT_TYPE_ID,
+    c.ARCHIVE_REPLAY_SESSION_COUNT_TYPE_ID,
     c.ARCHIVE_CONTROL_SESSION_TYPE_ID,
 }
 
 
 def collect(aeron_dir: str, include_all: bool = False) -> list[dict[str, object]]:
     from aeron_archive_spark.archive.native import AeronClient
+
     with AeronClient(aeron_dir, client_name="aeron-archive-stats") as client:
         return [
             {"counterId": info.counter_id, "typeId": info.type_id, "value": info.value, "label": info.label}
@@ -40,6 +48,7 @@ def add_subparser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def run(args: argparse.Namespace) -> int:
     from aeron_archive_spark.archive.client.connection import default_aeron_dir
+
     aeron_dir = args.aeron_dir or default_aeron_dir()
     while True:
         rows = collect(aeron_dir, args.all)

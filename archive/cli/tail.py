@@ -43,9 +43,14 @@ def add_subparser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def run(args: argparse.Namespace) -> int:
     from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
     from aeron_archive_spark.archive.exceptions import ArchiveError
-    client = AeronArchive.connect(aeron_dir=args.aeron_dir, control_request_channel=args.control_channel,
-                                  control_request_stream_id=args.control_stream_id,
-                                  control_response_channel=args.response_channel, client_name="aeron-archive-tail")
+
+    client = AeronArchive.connect(
+        aeron_dir=args.aeron_dir,
+        control_request_channel=args.control_channel,
+        control_request_stream_id=args.control_stream_id,
+        control_response_channel=args.response_channel,
+        client_name="aeron-archive-tail",
+    )
     try:
         descriptor = client.list_recording(args.recording_id)
         if descriptor is None:
@@ -57,11 +62,19 @@ def run(args: argparse.Namespace) -> int:
             position = live if live != c.NULL_POSITION else descriptor.stop_position
         stopped = descriptor.stop_position != c.NULL_POSITION and position >= descriptor.stop_position
         if stopped:
-            print(f"recording {args.recording_id} is stopped at {descriptor.stop_position}; nothing to tail "
-                  "(use --from-start to print its history)", file=sys.stderr)
+            print(
+                f"recording {args.recording_id} is stopped at {descriptor.stop_position}; nothing to tail "
+                "(use --from-start to print its history)",
+                file=sys.stderr,
+            )
             return 0
-        subscription = client.replay(args.recording_id, args.replay_channel, args.replay_stream_id,
-                                     position=position, length=c.REPLAY_ALL_AND_FOLLOW)
+        subscription = client.replay(
+            args.recording_id,
+            args.replay_channel,
+            args.replay_stream_id,
+            position=position,
+            length=c.REPLAY_ALL_AND_FOLLOW,
+        )
         printed = 0
 
         def on_message(data: memoryview, header: HeaderValues) -> None:

@@ -10,5 +10,10 @@ from aeron_archive_spark.archive.client.connection import (
     default_aeron_dir,
 )
 
-__all__ = ["AeronArchive", "ConnectionOptions", "RecordingSignalEvent", "RecordingSubscriptionDescriptor",
-           "default_aeron_dir"]
+__all__ = [
+    "AeronArchive",
+    "ConnectionOptions",
+    "RecordingSignalEvent",
+    "RecordingSubscriptionDescriptor",
+    "default_aeron_dir",
+]

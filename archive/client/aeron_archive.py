@@ -78,9 +78,16 @@ class RecordingSubscriptionDescriptor:
 class AeronArchive:
     """A connected archive client. Create with `AeronArchive.connect(...)`; also a context manager."""
 
-    def __init__(self, aeron: AeronClient, owns_aeron: bool, proxy: ArchiveProxy, subscription: Subscription,
-                 control_session_id: int, message_timeout_ns: int,
-                 recording_signal_consumer: Callable[[RecordingSignalEvent], None] | None) -> None:
+    def __init__(
+        self,
+        aeron: AeronClient,
+        owns_aeron: bool,
+        proxy: ArchiveProxy,
+        subscription: Subscription,
+        control_session_id: int,
+        message_timeout_ns: int,
+        recording_signal_consumer: Callable[[RecordingSignalEvent], None] | None,
+    ) -> None:
         self.aeron = aeron
         self._owns_aeron = owns_aeron
         self._proxy = proxy
@@ -97,15 +104,21 @@ class AeronArchive:
 
     # -- connect / close -----------------------------------------------------------------------------------
     @classmethod
-    def connect(cls, aeron_dir: str | None = None, control_request_channel: str = CONTROL_CHANNEL_DEFAULT,
-                control_request_stream_id: int = CONTROL_STREAM_ID_DEFAULT,
-                control_response_channel: str = CONTROL_RESPONSE_CHANNEL_DEFAULT,
-                control_response_stream_id: int = CONTROL_RESPONSE_STREAM_ID_DEFAULT, *,
-                aeron: AeronClient | None = None, message_timeout_s: float = MESSAGE_TIMEOUT_NS_DEFAULT / 1e9,
-                client_name: str = "aeron-archive-py-client", credentials: bytes = b"",
-                on_challenge: Callable[[bytes], bytes] | None = None,
-                recording_signal_consumer: Callable[[RecordingSignalEvent], None] | None = None,
-                ) -> AeronArchive:
+    def connect(
+        cls,
+        aeron_dir: str | None = None,
+        control_request_channel: str = CONTROL_CHANNEL_DEFAULT,
+        control_request_stream_id: int = CONTROL_STREAM_ID_DEFAULT,
+        control_response_channel: str = CONTROL_RESPONSE_CHANNEL_DEFAULT,
+        control_response_stream_id: int = CONTROL_RESPONSE_STREAM_ID_DEFAULT,
+        *,
+        aeron: AeronClient | None = None,
+        message_timeout_s: float = MESSAGE_TIMEOUT_NS_DEFAULT / 1e9,
+        client_name: str = "aeron-archive-py-client",
+        credentials: bytes = b"",
+        on_challenge: Callable[[bytes], bytes] | None = None,
+        recording_signal_consumer: Callable[[RecordingSignalEvent], None] | None = None,
+    ) -> AeronArchive:
         """Connect to an archive: AuthConnectRequest handshake, then ArchiveIdRequest (as the Java client).
 
         `aeron_dir` names the media driver to use (default: $AERON_DIR or Aeron's default); pass `aeron` to
@@ -132,15 +145,22 @@ class AeronArchive:
                     raise ArchiveTimeoutError(
                         f"no archive on control channel {control_request_channel} stream "
                         f"{control_request_stream_id} (aeron dir {client.aeron_dir}): request publication not "
-                        f"connected within {message_timeout_s:.1f}s")
+                        f"connected within {message_timeout_s:.1f}s"
+                    )
                 time.sleep(0.001)
             proxy = ArchiveProxy(publication, message_timeout_ns=timeout_ns)
             archive = cls(client, owns, proxy, subscription, NULL_POSITION, timeout_ns, recording_signal_consumer)
             correlation_id = client.next_correlation_id()
             info = f"name={client_name} version={CLIENT_VERSION_TEXT} commit=python"
-            proxy.send("AuthConnectRequest", correlation_id=correlation_id,
-                       response_stream_id=control_response_stream_id, version=PROTOCOL_SEMANTIC_VERSION,
-                       response_channel=response_channel, encoded_credentials=credentials, client_info=info)
+            proxy.send(
+                "AuthConnectRequest",
+                correlation_id=correlation_id,
+                response_stream_id=control_response_stream_id,
+                version=PROTOCOL_SEMANTIC_VERSION,
+                response_channel=response_channel,
+                encoded_credentials=credentials,
+                client_info=info,
+            )
             archive.control_session_id = archive._await_connect(correlation_id, on_challenge)
             archive._archive_id = archive._request_ok("ArchiveIdRequest")
             return archive
@@ -164,14 +184,21 @@ class AeronArchive:
                     raise ArchiveError(f"connect failed: {msg.error_message}", msg.relevant_id, correlation_id)
                 if msg.template_id == t.CHALLENGE and msg.correlation_id == correlation_id:
                     if on_challenge is None:
-                        raise ArchiveError("archive sent an authentication challenge but no on_challenge handler "
-                                           "was given", ErrorCode.AUTHENTICATION_REJECTED, correlation_id)
-                    self._proxy.send("ChallengeResponse", control_session_id=msg.control_session_id,
-                                     correlation_id=correlation_id,
-                                     encoded_credentials=on_challenge(bytes(msg.encoded_challenge)))
+                        raise ArchiveError(
+                            "archive sent an authentication challenge but no on_challenge handler was given",
+                            ErrorCode.AUTHENTICATION_REJECTED,
+                            correlation_id,
+                        )
+                    self._proxy.send(
+                        "ChallengeResponse",
+                        control_session_id=msg.control_session_id,
+                        correlation_id=correlation_id,
+                        encoded_credentials=on_challenge(bytes(msg.encoded_challenge)),
+                    )
             if time.monotonic_ns() > deadline:
-                raise ArchiveTimeoutError("no connect response from the archive within the message timeout",
-                                          ErrorCode.GENERIC, correlation_id)
+                raise ArchiveTimeoutError(
+                    "no connect response from the archive within the message timeout", ErrorCode.GENERIC, correlation_id
+                )
             time.sleep(0.0002)
 
     def close(self) -> None:
@@ -216,8 +243,14 @@ class AeronArchive:
         return out
 
     def _dispatch_signal(self, msg: Any) -> None:
-        event = RecordingSignalEvent(msg.control_session_id, msg.correlation_id, msg.recording_id,
-                                     msg.subscription_id, msg.position, RecordingSignal(msg.signal))
+        event = RecordingSignalEvent(
+            msg.control_session_id,
+            msg.correlation_id,
+            msg.recording_id,
+            msg.subscription_id,
+            msg.position,
+            RecordingSignal(msg.signal),
+        )
         if self.recording_signal_consumer is not None:
             self.recording_signal_consumer(event)
         else:
@@ -233,8 +266,9 @@ class AeronArchive:
         """Send a request and return its correlation id (caller holds the lock)."""
         self._check_open()
         correlation_id = self.aeron.next_correlation_id()
-        self._proxy.send(message_name, control_session_id=self.control_session_id, correlation_id=correlation_id,
-                         **fields)
+        self._proxy.send(
+            message_name, control_session_id=self.control_session_id, correlation_id=correlation_id, **fields
+        )
         return correlation_id
 
     def _await_response(self, correlation_id: int, what: str) -> Any:
@@ -242,15 +276,19 @@ class AeronArchive:
         while True:
             messages = self._poll_messages()
             for i, msg in enumerate(messages):
-                if msg.template_id == t.CONTROL_RESPONSE and msg.correlation_id == correlation_id \
-                        and msg.control_session_id == self.control_session_id:
-                    self._inbox = messages[i + 1:] + self._inbox
+                if (
+                    msg.template_id == t.CONTROL_RESPONSE
+                    and msg.correlation_id == correlation_id
+                    and msg.control_session_id == self.control_session_id
+                ):
+                    self._inbox = messages[i + 1 :] + self._inbox
                     if msg.code == ControlResponseCode.ERROR:
                         raise ArchiveError(msg.error_message, msg.relevant_id, correlation_id)
                     return msg
             if time.monotonic_ns() > deadline:
-                raise ArchiveTimeoutError(f"no response to {what} within the message timeout", ErrorCode.GENERIC,
-                                          correlation_id)
+                raise ArchiveTimeoutError(
+                    f"no response to {what} within the message timeout", ErrorCode.GENERIC, correlation_id
+                )
             if not messages:
                 time.sleep(0.0001)
 
@@ -261,23 +299,51 @@ class AeronArchive:
             return relevant_id
 
     # -- recording -----------------------------------------------------------------------------------------
-    def start_recording(self, channel: str, stream_id: int, source_location: SourceLocation = SourceLocation.LOCAL,
-                        auto_stop: bool = False) -> int:
+    def start_recording(
+        self,
+        channel: str,
+        stream_id: int,
+        source_location: SourceLocation = SourceLocation.LOCAL,
+        auto_stop: bool = False,
+    ) -> int:
         """Start recording every image of (channel, stream_id); returns the archive's subscription id."""
         if auto_stop:
-            return self._request_ok("StartRecordingRequest2", stream_id=stream_id,
-                                    source_location=int(source_location), auto_stop=1, channel=channel)
-        return self._request_ok("StartRecordingRequest", stream_id=stream_id, source_location=int(source_location),
-                                channel=channel)
+            return self._request_ok(
+                "StartRecordingRequest2",
+                stream_id=stream_id,
+                source_location=int(source_location),
+                auto_stop=1,
+                channel=channel,
+            )
+        return self._request_ok(
+            "StartRecordingRequest", stream_id=stream_id, source_location=int(source_location), channel=channel
+        )
 
-    def extend_recording(self, recording_id: int, channel: str, stream_id: int,
-                         source_location: SourceLocation = SourceLocation.LOCAL, auto_stop: bool = False) -> int:
+    def extend_recording(
+        self,
+        recording_id: int,
+        channel: str,
+        stream_id: int,
+        source_location: SourceLocation = SourceLocation.LOCAL,
+        auto_stop: bool = False,
+    ) -> int:
         """Extend a stopped recording; the publisher must start at its stop position (see `extend_channel`)."""
         if auto_stop:
-            return self._request_ok("ExtendRecordingRequest2", recording_id=recording_id, stream_id=stream_id,
-                                    source_location=int(source_location), auto_stop=1, channel=channel)
-        return self._request_ok("ExtendRecordingRequest", recording_id=recording_id, stream_id=stream_id,
-                                source_location=int(source_location), channel=channel)
+            return self._request_ok(
+                "ExtendRecordingRequest2",
+                recording_id=recording_id,
+                stream_id=stream_id,
+                source_location=int(source_location),
+                auto_stop=1,
+                channel=channel,
+            )
+        return self._request_ok(
+            "ExtendRecordingRequest",
+            recording_id=recording_id,
+            stream_id=stream_id,
+            source_location=int(source_location),
+            channel=channel,
+        )
 
     def stop_recording(self, channel: str, stream_id: int) -> None:
         self._request_ok("StopRecordingRequest", stream_id=stream_id, channel=channel)
@@ -317,30 +383,68 @@ class AeronArchive:
         return publication
 
     # -- replay --------------------------------------------------------------------------------------------
-    def start_replay(self, recording_id: int, position: int, length: int, replay_channel: str,
-                     replay_stream_id: int, file_io_max_length: int = -1) -> int:
+    def start_replay(
+        self,
+        recording_id: int,
+        position: int,
+        length: int,
+        replay_channel: str,
+        replay_stream_id: int,
+        file_io_max_length: int = -1,
+    ) -> int:
         """Returns the replaySessionId; its low 32 bits are the replay image's session id."""
-        return self._request_ok("ReplayRequest", recording_id=recording_id, position=position, length=length,
-                                replay_stream_id=replay_stream_id, file_io_max_length=file_io_max_length,
-                                replay_token=-1, replay_channel=replay_channel)
+        return self._request_ok(
+            "ReplayRequest",
+            recording_id=recording_id,
+            position=position,
+            length=length,
+            replay_stream_id=replay_stream_id,
+            file_io_max_length=file_io_max_length,
+            replay_token=-1,
+            replay_channel=replay_channel,
+        )
 
-    def start_bounded_replay(self, recording_id: int, position: int, length: int, limit_counter_id: int,
-                             replay_channel: str, replay_stream_id: int, file_io_max_length: int = -1) -> int:
-        return self._request_ok("BoundedReplayRequest", recording_id=recording_id, position=position,
-                                length=length, limit_counter_id=limit_counter_id, replay_stream_id=replay_stream_id,
-                                file_io_max_length=file_io_max_length, replay_token=-1,
-                                replay_channel=replay_channel)
+    def start_bounded_replay(
+        self,
+        recording_id: int,
+        position: int,
+        length: int,
+        limit_counter_id: int,
+        replay_channel: str,
+        replay_stream_id: int,
+        file_io_max_length: int = -1,
+    ) -> int:
+        return self._request_ok(
+            "BoundedReplayRequest",
+            recording_id=recording_id,
+            position=position,
+            length=length,
+            limit_counter_id=limit_counter_id,
+            replay_stream_id=replay_stream_id,
+            file_io_max_length=file_io_max_length,
+            replay_token=-1,
+            replay_channel=replay_channel,
+        )
 
-    def replay(self, recording_id: int, replay_channel: str, replay_stream_id: int, position: int = NULL_POSITION,
-               length: int = REPLAY_ALL_AND_FOLLOW, limit_counter_id: int = NULL_COUNTER_ID,
-               file_io_max_length: int = -1) -> Subscription:
+    def replay(
+        self,
+        recording_id: int,
+        replay_channel: str,
+        replay_stream_id: int,
+        position: int = NULL_POSITION,
+        length: int = REPLAY_ALL_AND_FOLLOW,
+        limit_counter_id: int = NULL_COUNTER_ID,
+        file_io_max_length: int = -1,
+    ) -> Subscription:
         """Start a replay and return a subscription to exactly that replay (session-id filtered)."""
         if limit_counter_id != NULL_COUNTER_ID:
-            replay_session_id = self.start_bounded_replay(recording_id, position, length, limit_counter_id,
-                                                          replay_channel, replay_stream_id, file_io_max_length)
+            replay_session_id = self.start_bounded_replay(
+                recording_id, position, length, limit_counter_id, replay_channel, replay_stream_id, file_io_max_length
+            )
         else:
-            replay_session_id = self.start_replay(recording_id, position, length, replay_channel, replay_stream_id,
-                                                  file_io_max_length)
+            replay_session_id = self.start_replay(
+                recording_id, position, length, replay_channel, replay_stream_id, file_io_max_length
+            )
         session_id = replay_session_id & 0xFFFFFFFF
         if session_id >= 1 << 31:
             session_id -= 1 << 32
@@ -353,9 +457,9 @@ class AeronArchive:
         self._request_ok("StopAllReplaysRequest", recording_id=recording_id)
 
     # -- queries -------------------------------------------------------------------------------------------
-    def _collect_descriptors(self, message_name: str, count: int,
-                             consumer: Callable[[RecordingDescriptor], None] | None, **fields: Any
-                             ) -> list[RecordingDescriptor]:
+    def _collect_descriptors(
+        self, message_name: str, count: int, consumer: Callable[[RecordingDescriptor], None] | None, **fields: Any
+    ) -> list[RecordingDescriptor]:
         with self._lock:
             correlation_id = self._request(message_name, **fields)
             out: list[RecordingDescriptor] = []
@@ -372,43 +476,69 @@ class AeronArchive:
                             consumer(descriptor)
                         deadline = time.monotonic_ns() + self._timeout_ns
                         if len(out) >= count:
-                            self._inbox = messages[i + 1:] + self._inbox
+                            self._inbox = messages[i + 1 :] + self._inbox
                             return out
                     elif msg.template_id == t.CONTROL_RESPONSE:
                         if msg.code == ControlResponseCode.RECORDING_UNKNOWN:
-                            self._inbox = messages[i + 1:] + self._inbox
+                            self._inbox = messages[i + 1 :] + self._inbox
                             return out
                         if msg.code == ControlResponseCode.ERROR:
                             raise ArchiveError(msg.error_message, msg.relevant_id, correlation_id)
                 if time.monotonic_ns() > deadline:
-                    raise ArchiveTimeoutError(f"no response to {message_name} within the message timeout",
-                                              ErrorCode.GENERIC, correlation_id)
+                    raise ArchiveTimeoutError(
+                        f"no response to {message_name} within the message timeout", ErrorCode.GENERIC, correlation_id
+                    )
                 if not messages:
                     time.sleep(0.0001)
 
-    def list_recordings(self, from_recording_id: int = 0, record_count: int = 2**31 - 1,
-                        consumer: Callable[[RecordingDescriptor], None] | None = None) -> list[RecordingDescriptor]:
-        return self._collect_descriptors("ListRecordingsRequest", record_count, consumer,
-                                         from_recording_id=from_recording_id, record_count=record_count)
+    def list_recordings(
+        self,
+        from_recording_id: int = 0,
+        record_count: int = 2**31 - 1,
+        consumer: Callable[[RecordingDescriptor], None] | None = None,
+    ) -> list[RecordingDescriptor]:
+        return self._collect_descriptors(
+            "ListRecordingsRequest",
+            record_count,
+            consumer,
+            from_recording_id=from_recording_id,
+            record_count=record_count,
+        )
 
-    def list_recordings_for_uri(self, from_recording_id: int, record_count: int, channel_fragment: str,
-                                stream_id: int, consumer: Callable[[RecordingDescriptor], None] | None = None
-                                ) -> list[RecordingDescriptor]:
-        return self._collect_descriptors("ListRecordingsForUriRequest", record_count, consumer,
-                                         from_recording_id=from_recording_id, record_count=record_count,
-                                         stream_id=stream_id, channel=channel_fragment)
+    def list_recordings_for_uri(
+        self,
+        from_recording_id: int,
+        record_count: int,
+        channel_fragment: str,
+        stream_id: int,
+        consumer: Callable[[RecordingDescriptor], None] | None = None,
+    ) -> list[RecordingDescriptor]:
+        return self._collect_descriptors(
+            "ListRecordingsForUriRequest",
+            record_count,
+            consumer,
+            from_recording_id=from_recording_id,
+            record_count=record_count,
+            stream_id=stream_id,
+            channel=channel_fragment,
+        )
 
     def list_recording(self, recording_id: int) -> RecordingDescriptor | None:
         found = self._collect_descriptors("ListRecordingRequest", 1, None, recording_id=recording_id)
         return found[0] if found else None
 
-    def list_recording_subscriptions(self, pseudo_index: int, subscription_count: int, channel_fragment: str,
-                                     stream_id: int, apply_stream_id: bool) -> list[RecordingSubscriptionDescriptor]:
+    def list_recording_subscriptions(
+        self, pseudo_index: int, subscription_count: int, channel_fragment: str, stream_id: int, apply_stream_id: bool
+    ) -> list[RecordingSubscriptionDescriptor]:
         with self._lock:
-            correlation_id = self._request("ListRecordingSubscriptionsRequest", pseudo_index=pseudo_index,
-                                           subscription_count=subscription_count,
-                                           apply_stream_id=1 if apply_stream_id else 0, stream_id=stream_id,
-                                           channel=channel_fragment)
+            correlation_id = self._request(
+                "ListRecordingSubscriptionsRequest",
+                pseudo_index=pseudo_index,
+                subscription_count=subscription_count,
+                apply_stream_id=1 if apply_stream_id else 0,
+                stream_id=stream_id,
+                channel=channel_fragment,
+            )
             out: list[RecordingSubscriptionDescriptor] = []
             deadline = time.monotonic_ns() + self._timeout_ns
             while len(out) < subscription_count:
@@ -417,16 +547,23 @@ class AeronArchive:
                     if getattr(msg, "correlation_id", None) != correlation_id:
                         continue
                     if msg.template_id == t.RECORDING_SUBSCRIPTION_DESCRIPTOR:
-                        out.append(RecordingSubscriptionDescriptor(msg.control_session_id, msg.correlation_id,
-                                                                   msg.subscription_id, msg.stream_id,
-                                                                   msg.stripped_channel))
+                        out.append(
+                            RecordingSubscriptionDescriptor(
+                                msg.control_session_id,
+                                msg.correlation_id,
+                                msg.subscription_id,
+                                msg.stream_id,
+                                msg.stripped_channel,
+                            )
+                        )
                     elif msg.template_id == t.CONTROL_RESPONSE:
                         if msg.code == ControlResponseCode.ERROR:
                             raise ArchiveError(msg.error_message, msg.relevant_id, correlation_id)
                         return out
                 if time.monotonic_ns() > deadline:
-                    raise ArchiveTimeoutError("no response to ListRecordingSubscriptionsRequest", ErrorCode.GENERIC,
-                                              correlation_id)
+                    raise ArchiveTimeoutError(
+                        "no response to ListRecordingSubscriptionsRequest", ErrorCode.GENERIC, correlation_id
+                    )
                 if not messages:
                     time.sleep(0.0001)
             return out
@@ -445,10 +582,16 @@ class AeronArchive:
     def get_max_recorded_position(self, recording_id: int) -> int:
         return self._request_ok("MaxRecordedPositionRequest", recording_id=recording_id)
 
-    def find_last_matching_recording(self, min_recording_id: int, channel_fragment: str, stream_id: int,
-                                     session_id: int) -> int:
-        return self._request_ok("FindLastMatchingRecordingRequest", min_recording_id=min_recording_id,
-                                session_id=session_id, stream_id=stream_id, channel=channel_fragment)
+    def find_last_matching_recording(
+        self, min_recording_id: int, channel_fragment: str, stream_id: int, session_id: int
+    ) -> int:
+        return self._request_ok(
+            "FindLastMatchingRecordingRequest",
+            min_recording_id=min_recording_id,
+            session_id=session_id,
+            stream_id=stream_id,
+            channel=channel_fragment,
+        )
 
     def truncate_recording(self, recording_id: int, position: int) -> int:
         """Returns the number of segment files queued for deletion; a DELETE signal follows."""
@@ -476,8 +619,11 @@ class AeronArchive:
             self.recording_signal_consumer = counting
             try:
                 for msg in self._poll_messages():
-                    if msg.template_id == t.CONTROL_RESPONSE and msg.code == ControlResponseCode.ERROR \
-                            and msg.control_session_id == self.control_session_id:
+                    if (
+                        msg.template_id == t.CONTROL_RESPONSE
+                        and msg.code == ControlResponseCode.ERROR
+                        and msg.control_session_id == self.control_session_id
+                    ):
                         raise ArchiveError(msg.error_message, msg.relevant_id, msg.correlation_id)
             finally:
                 self.recording_signal_consumer = consumer
@@ -491,8 +637,9 @@ class AeronArchive:
         The archive checks join position, initial term id, term length and MTU. Reusing the old session id is
         optional: the driver refuses it while the previous publication with that id still lingers.
         """
-        params: dict[str, int] = initial_position_params(descriptor.stop_position, descriptor.initial_term_id,
-                                                         descriptor.term_buffer_length)
+        params: dict[str, int] = initial_position_params(
+            descriptor.stop_position, descriptor.initial_term_id, descriptor.term_buffer_length
+        )
         params["mtu"] = descriptor.mtu_length
         if same_session_id:
             params["session-id"] = descriptor.session_id
@@ -501,10 +648,20 @@ class AeronArchive:
 
 def descriptor_from_message(msg: Any) -> RecordingDescriptor:
     return RecordingDescriptor(
-        control_session_id=msg.control_session_id, correlation_id=msg.correlation_id,
-        recording_id=msg.recording_id, start_timestamp=msg.start_timestamp, stop_timestamp=msg.stop_timestamp,
-        start_position=msg.start_position, stop_position=msg.stop_position, initial_term_id=msg.initial_term_id,
-        segment_file_length=msg.segment_file_length, term_buffer_length=msg.term_buffer_length,
-        mtu_length=msg.mtu_length, session_id=msg.session_id, stream_id=msg.stream_id,
-        stripped_channel=msg.stripped_channel, original_channel=msg.original_channel,
-        source_identity=msg.source_identity)
+        control_session_id=msg.control_session_id,
+        correlation_id=msg.correlation_id,
+        recording_id=msg.recording_id,
+        start_timestamp=msg.start_timestamp,
+        stop_timestamp=msg.stop_timestamp,
+        start_position=msg.start_position,
+        stop_position=msg.stop_position,
+        initial_term_id=msg.initial_term_id,
+        segment_file_length=msg.segment_file_length,
+        term_buffer_length=msg.term_buffer_length,
+        mtu_length=msg.mtu_length,
+        session_id=msg.session_id,
+        stream_id=msg.stream_id,
+        stripped_channel=msg.stripped_channel,
+        original_channel=msg.original_channel,
+        source_identity=msg.source_identity,
+    )

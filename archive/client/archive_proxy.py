@@ -13,10 +13,10 @@ if TYPE_CHECKING:
     from aeron_archive_spark.archive.native import ExclusivePublication
 
 
-
 class ArchiveProxy:
-    def __init__(self, publication: ExclusivePublication, retry_attempts: int = 3,
-                 message_timeout_ns: int = 10_000_000_000) -> None:
+    def __init__(
+        self, publication: ExclusivePublication, retry_attempts: int = 3, message_timeout_ns: int = 10_000_000_000
+    ) -> None:
         self.publication = publication
         self._codec = load_archive_codec()
         self._retry_attempts = retry_attempts

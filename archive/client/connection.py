@@ -50,5 +50,7 @@ class ConnectionOptions:
         return self.aeron_dir or default_aeron_dir()
 
     def describe(self) -> str:
-        return (f"archive on controlChannel={self.control_channel} controlStreamId={self.control_stream_id} "
-                f"(aeronDir={self.resolved_aeron_dir()})")
+        return (
+            f"archive on controlChannel={self.control_channel} controlStreamId={self.control_stream_id} "
+            f"(aeronDir={self.resolved_aeron_dir()})"
+        )

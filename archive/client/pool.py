@@ -116,8 +116,14 @@ class SessionKey:
 
     @classmethod
     def of(cls, options: ConnectionOptions, driver_dir: str) -> SessionKey:
-        return cls(driver_dir, options.control_channel, options.control_stream_id, options.control_response_channel,
-                   options.control_response_stream_id, options.message_timeout_ms)
+        return cls(
+            driver_dir,
+            options.control_channel,
+            options.control_stream_id,
+            options.control_response_channel,
+            options.control_response_stream_id,
+            options.message_timeout_ms,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +151,15 @@ class ArchiveLease:
     called. Acquire and release may also be called directly when a lease spans several methods (a replay read).
     """
 
-    def __init__(self, pool: ConnectionPool, options: ConnectionOptions, purpose: str, host_driver_only: bool,
-                 recording_signal_consumer: SignalConsumer | None, keep_on: tuple[type[BaseException], ...]) -> None:
+    def __init__(
+        self,
+        pool: ConnectionPool,
+        options: ConnectionOptions,
+        purpose: str,
+        host_driver_only: bool,
+        recording_signal_consumer: SignalConsumer | None,
+        keep_on: tuple[type[BaseException], ...],
+    ) -> None:
         self._pool = pool
         self.options = options
         self.purpose = purpose
@@ -199,8 +212,9 @@ class ArchiveLease:
     def __enter__(self) -> AeronArchive:
         return self.acquire()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.release(evict=exc is not None and not isinstance(exc, self._keep_on))
 
 
@@ -214,8 +228,13 @@ class ConnectionPool:
 
     _ordinals = itertools.count()
 
-    def __init__(self, capacity: int = DEFAULT_CAPACITY, idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        capacity: int = DEFAULT_CAPACITY,
+        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._check_settings(capacity, idle_timeout_s)
         self._capacity = capacity
         self._idle_timeout_s = idle_timeout_s
@@ -293,8 +312,12 @@ class ConnectionPool:
         else:
             if self._driver is None or self._driver.is_closed:
                 self._driver = self._start_embedded_driver()
-                log.info("no media driver active in %s: started an embedded media driver in %s for process %d",
-                         requested, self._driver.aeron_dir, os.getpid())
+                log.info(
+                    "no media driver active in %s: started an embedded media driver in %s for process %d",
+                    requested,
+                    self._driver.aeron_dir,
+                    os.getpid(),
+                )
             directory = self._driver.aeron_dir
         client = self._clients.get(directory)
         if client is None or client.is_closed:
@@ -317,9 +340,15 @@ class ConnectionPool:
 
     # -- sessions ---------------------------------------------------------------------------------------------
 
-    def archive(self, options: ConnectionOptions, *, purpose: str = "archive", host_driver_only: bool = False,
-                recording_signal_consumer: SignalConsumer | None = None,
-                keep_on: tuple[type[BaseException], ...] = ()) -> ArchiveLease:
+    def archive(
+        self,
+        options: ConnectionOptions,
+        *,
+        purpose: str = "archive",
+        host_driver_only: bool = False,
+        recording_signal_consumer: SignalConsumer | None = None,
+        keep_on: tuple[type[BaseException], ...] = (),
+    ) -> ArchiveLease:
         """A lease of a control session for `options` (taken when entered): `with pool.archive(o) as archive:`.
 
         `purpose` names new sessions ("aeron-archive-spark-<purpose>") and log lines; `host_driver_only` refuses
@@ -328,8 +357,9 @@ class ConnectionPool:
         """
         return ArchiveLease(self, options, purpose, host_driver_only, recording_signal_consumer, keep_on)
 
-    def _take(self, options: ConnectionOptions, purpose: str, host_driver_only: bool
-              ) -> tuple[AeronArchive, SessionKey]:
+    def _take(
+        self, options: ConnectionOptions, purpose: str, host_driver_only: bool
+    ) -> tuple[AeronArchive, SessionKey]:
         self._check_fork()
         requested = os.path.normpath(options.resolved_aeron_dir())
         try:
@@ -357,10 +387,14 @@ class ConnectionPool:
             _close_all([candidate])
         try:
             archive = AeronArchive.connect(
-                control_request_channel=key.control_channel, control_request_stream_id=key.control_stream_id,
+                control_request_channel=key.control_channel,
+                control_request_stream_id=key.control_stream_id,
                 control_response_channel=localize_channel(key.control_response_channel),
-                control_response_stream_id=key.control_response_stream_id, aeron=client,
-                message_timeout_s=key.message_timeout_ms / 1000.0, client_name=f"aeron-archive-spark-{purpose}")
+                control_response_stream_id=key.control_response_stream_id,
+                aeron=client,
+                message_timeout_s=key.message_timeout_ms / 1000.0,
+                client_name=f"aeron-archive-spark-{purpose}",
+            )
         except Exception as ex:
             raise ArchiveConnectError(options, ex) from ex
         log.debug("archive session %d opened for %s on %s", archive.control_session_id, purpose, key)
@@ -380,8 +414,11 @@ class ConnectionPool:
                 self._idle.append(_Idle(key, archive, self._clock()))
             stale = self._expire_locked() + self._trim_locked()
         if not keep:
-            log.debug("archive session %d closed at the end of its lease (%s)", archive.control_session_id,
-                      "error" if evict else "pool closed meanwhile")
+            log.debug(
+                "archive session %d closed at the end of its lease (%s)",
+                archive.control_session_id,
+                "error" if evict else "pool closed meanwhile",
+            )
             stale.append(archive)
         _close_all(stale)
 
@@ -467,6 +504,7 @@ class ConnectionPool:
 
 # -- helpers ------------------------------------------------------------------------------------------------------
 
+
 def _usable(archive: AeronArchive) -> bool:
     """Poll an idle session once: signals and pings are drained; a closed, disconnected or failed one is not usable."""
     try:
@@ -522,6 +560,7 @@ atexit.register(_close_at_exit)
 
 # -- driver and address helpers -----------------------------------------------------------------------------------
 
+
 def driver_active(aeron_dir: str) -> bool:
     """True if a media driver runs in `aeron_dir` (a CnC file with a fresh heartbeat)."""
     if not os.path.isfile(os.path.join(aeron_dir, "cnc.dat")):
@@ -558,6 +597,17 @@ def localize_channel(channel: str) -> str:
     return str(uri.with_params(endpoint=f"{executor_address()}:{port}"))
 
 
-__all__ = ["DEFAULT_CAPACITY", "DEFAULT_IDLE_TIMEOUT_S", "ArchiveConnectError", "ArchiveLease", "ConnectionPool",
-           "NoMediaDriverError", "PoolStats", "SessionKey", "connection_pool", "driver_active", "executor_address",
-           "localize_channel"]
+__all__ = [
+    "DEFAULT_CAPACITY",
+    "DEFAULT_IDLE_TIMEOUT_S",
+    "ArchiveConnectError",
+    "ArchiveLease",
+    "ConnectionPool",
+    "NoMediaDriverError",
+    "PoolStats",
+    "SessionKey",
+    "connection_pool",
+    "driver_active",
+    "executor_address",
+    "localize_channel",
+]

@@ -251,8 +251,9 @@ class Message(tuple[Any, ...]):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Message):
             return NotImplemented
-        return (self._spec.template_id == other._spec.template_id
-                and tuple.__getitem__(self, slice(0, self._n)) == tuple.__getitem__(other, slice(0, other._n)))
+        return self._spec.template_id == other._spec.template_id and tuple.__getitem__(
+            self, slice(0, self._n)
+        ) == tuple.__getitem__(other, slice(0, other._n))
 
     def __ne__(self, other: object) -> bool:
         eq = self.__eq__(other)
@@ -285,8 +286,13 @@ def _byte_view(buffer: Any) -> Buffer:
     return view
 
 
-def _message_class(spec: MessageSpec, schema_id: int, wire_attrs: tuple[str, ...],
-                   var_attrs: tuple[str, ...], constants: dict[str, Any]) -> type[Message]:
+def _message_class(
+    spec: MessageSpec,
+    schema_id: int,
+    wire_attrs: tuple[str, ...],
+    var_attrs: tuple[str, ...],
+    constants: dict[str, Any],
+) -> type[Message]:
     """The per-message Message subclass: tuple layout (*fixed, *var, block_length, version, encoded_length)."""
     attrs = (*wire_attrs, *var_attrs)
     n = len(attrs)
@@ -321,13 +327,38 @@ class _Compiled:
     """Everything encode/decode needs for one message, precomputed."""
 
     __slots__ = (
-        "attr_set", "block_length", "block_struct", "cls", "constants", "defaults", "field_structs", "full_struct",
-        "header_values", "max_since", "name", "nulls", "spec", "template_id", "text_fields", "var_attrs",
-        "var_encode", "var_fields", "var_layouts", "wire_attrs", "wire_fields",
+        "attr_set",
+        "block_length",
+        "block_struct",
+        "cls",
+        "constants",
+        "defaults",
+        "field_structs",
+        "full_struct",
+        "header_values",
+        "max_since",
+        "name",
+        "nulls",
+        "spec",
+        "template_id",
+        "text_fields",
+        "var_attrs",
+        "var_encode",
+        "var_fields",
+        "var_layouts",
+        "wire_attrs",
+        "wire_fields",
     )
 
-    def __init__(self, spec: MessageSpec, order: str, header_fmt: str, header_idx: tuple[int, int, int, int],
-                 schema_id: int, schema_version: int) -> None:
+    def __init__(
+        self,
+        spec: MessageSpec,
+        order: str,
+        header_fmt: str,
+        header_idx: tuple[int, int, int, int],
+        schema_id: int,
+        schema_version: int,
+    ) -> None:
         self.spec = spec
         self.name = spec.name
         self.template_id = spec.template_id
@@ -350,8 +381,7 @@ class _Compiled:
         self.block_struct = struct.Struct(order + block_fmt)
         self.full_struct = struct.Struct(order + header_fmt + block_fmt)
         header_values = [0] * len(struct.unpack(order + header_fmt, bytes(struct.calcsize(order + header_fmt))))
-        for i, value in zip(header_idx, (spec.block_length, spec.template_id, schema_id, schema_version),
-                            strict=True):
+        for i, value in zip(header_idx, (spec.block_length, spec.template_id, schema_id, schema_version), strict=True):
             header_values[i] = value
         self.header_values = tuple(header_values)
         self.field_structs = tuple(struct.Struct(order + f.struct_format) for f in wire)
@@ -365,8 +395,18 @@ class _Compiled:
         layouts = []
         for v in spec.var_fields:
             st = struct.Struct(order + _PRIMITIVES[v.length_primitive].code)
-            layouts.append((st.unpack_from, st.pack, st.pack_into, v.length_size, v.max_length, v.text_encoding,
-                            v.since_version, v.attr))
+            layouts.append(
+                (
+                    st.unpack_from,
+                    st.pack,
+                    st.pack_into,
+                    v.length_size,
+                    v.max_length,
+                    v.text_encoding,
+                    v.since_version,
+                    v.attr,
+                )
+            )
         self.var_layouts = tuple(layouts)
         self.attr_set = frozenset((*self.wire_attrs, *self.var_attrs, *self.constants))
         self.cls = _message_class(spec, schema_id, self.wire_attrs, self.var_attrs, self.constants)
@@ -395,8 +435,9 @@ def _int_attr(elem: ET.Element, name: str, default: int | None = None) -> int | 
     try:
         return int(raw.strip())
     except ValueError:
-        raise SchemaError(f"attribute {name}={raw!r} of <{_local(elem.tag)} name={elem.get('name')!r}> "
-                          "is not an integer") from None
+        raise SchemaError(
+            f"attribute {name}={raw!r} of <{_local(elem.tag)} name={elem.get('name')!r}> is not an integer"
+        ) from None
 
 
 def _python_encoding(name: str) -> str:
@@ -558,8 +599,17 @@ class _SchemaParser:
         python_type = cast(type[IntEnum], IntEnum(name, values))
         spec = EnumSpec(name, primitive, dict(values), int(null), python_type)
         p = _PRIMITIVES[primitive]
-        return _TypeDef("enum", name, elem, primitive=primitive, null_value=int(null), min_value=p.min,
-                        max_value=p.max, enum=spec, offset=_int_attr(elem, "offset"))
+        return _TypeDef(
+            "enum",
+            name,
+            elem,
+            primitive=primitive,
+            null_value=int(null),
+            min_value=p.min,
+            max_value=p.max,
+            enum=spec,
+            offset=_int_attr(elem, "offset"),
+        )
 
     def _set_type(self, name: str, elem: ET.Element) -> _TypeDef:
         encoding = elem.get("encodingType", "")
@@ -571,8 +621,17 @@ class _SchemaParser:
             if _is_element(ch) and _local(ch.tag) == "choice":
                 choices[ch.get("name", "")] = int((ch.text or "0").strip())
         p = _PRIMITIVES[base.primitive]
-        return _TypeDef("set", name, elem, primitive=base.primitive, null_value=0, min_value=0,
-                        max_value=(1 << (8 * p.size)) - 1, set_choices=choices, offset=_int_attr(elem, "offset"))
+        return _TypeDef(
+            "set",
+            name,
+            elem,
+            primitive=base.primitive,
+            null_value=0,
+            min_value=0,
+            max_value=(1 << (8 * p.size)) - 1,
+            set_choices=choices,
+            offset=_int_attr(elem, "offset"),
+        )
 
     def _composite_type(self, name: str, elem: ET.Element) -> _TypeDef:
         td = _TypeDef("composite", name, elem, offset=_int_attr(elem, "offset"))
@@ -632,15 +691,34 @@ class _SchemaParser:
                 specs.append(self._message(elem))
         return specs
 
-    def _leaf_fields(self, td: _TypeDef, base_name: str, attr: str, field_id: int, offset: int, since: int,
-                     optional: bool, context: str, out: list[FieldSpec]) -> None:
+    def _leaf_fields(
+        self,
+        td: _TypeDef,
+        base_name: str,
+        attr: str,
+        field_id: int,
+        offset: int,
+        since: int,
+        optional: bool,
+        context: str,
+        out: list[FieldSpec],
+    ) -> None:
         if td.kind == "composite":
             cursor = offset
             for m in td.members:
                 if m.offset is not None:
                     cursor = offset + m.offset
-                self._leaf_fields(m, f"{base_name}.{m.name}", f"{attr}_{snake_case(m.name)}", field_id, cursor,
-                                  since, optional, context, out)
+                self._leaf_fields(
+                    m,
+                    f"{base_name}.{m.name}",
+                    f"{attr}_{snake_case(m.name)}",
+                    field_id,
+                    cursor,
+                    since,
+                    optional,
+                    context,
+                    out,
+                )
                 cursor += self.wire_size(m)
             return
         p = _PRIMITIVES[td.primitive]
@@ -657,13 +735,29 @@ class _SchemaParser:
             is_optional = optional or td.optional
             null = td.null_value
             default = td.null_value if is_optional else 0
-        out.append(FieldSpec(
-            name=base_name, attr=attr, id=field_id, type_name=td.name, primitive_type=td.primitive,
-            offset=offset, size=0 if td.constant is not None else p.size * length, length=length,
-            optional=optional or td.optional, null_value=null, default=default, min_value=td.min_value,
-            max_value=td.max_value, since_version=since, struct_format=fmt, enum=td.enum,
-            set_choices=td.set_choices, constant=td.constant, text_encoding=text,
-        ))
+        out.append(
+            FieldSpec(
+                name=base_name,
+                attr=attr,
+                id=field_id,
+                type_name=td.name,
+                primitive_type=td.primitive,
+                offset=offset,
+                size=0 if td.constant is not None else p.size * length,
+                length=length,
+                optional=optional or td.optional,
+                null_value=null,
+                default=default,
+                min_value=td.min_value,
+                max_value=td.max_value,
+                since_version=since,
+                struct_format=fmt,
+                enum=td.enum,
+                set_choices=td.set_choices,
+                constant=td.constant,
+                text_encoding=text,
+            )
+        )
 
     def _message(self, elem: ET.Element) -> MessageSpec:
         name = elem.get("name") or ""
@@ -693,20 +787,36 @@ class _SchemaParser:
                     constant: Any = self._value_ref(value_ref, ctx) if value_ref else td.constant
                     if constant is None:
                         raise SchemaError(f"{ctx}: constant field {fname!r} has no value")
-                    fields.append(FieldSpec(
-                        name=fname, attr=snake_case(fname), id=fid, type_name=td.name, primitive_type=td.primitive,
-                        offset=cursor, size=0, length=1, optional=False, null_value=constant, default=constant,
-                        min_value=constant, max_value=constant, since_version=since, struct_format="",
-                        enum=td.enum, constant=constant))
+                    fields.append(
+                        FieldSpec(
+                            name=fname,
+                            attr=snake_case(fname),
+                            id=fid,
+                            type_name=td.name,
+                            primitive_type=td.primitive,
+                            offset=cursor,
+                            size=0,
+                            length=1,
+                            optional=False,
+                            null_value=constant,
+                            default=constant,
+                            min_value=constant,
+                            max_value=constant,
+                            since_version=since,
+                            struct_format="",
+                            enum=td.enum,
+                            constant=constant,
+                        )
+                    )
                     continue
                 offset = _int_attr(child, "offset")
                 if offset is not None:
                     if offset < cursor:
-                        raise SchemaError(f"{ctx}: field {fname!r} offset {offset} overlaps the previous field "
-                                          f"(ends at {cursor})")
+                        raise SchemaError(
+                            f"{ctx}: field {fname!r} offset {offset} overlaps the previous field (ends at {cursor})"
+                        )
                     cursor = offset
-                self._leaf_fields(td, fname, snake_case(fname), fid, cursor, since, presence == "optional", ctx,
-                                  fields)
+                self._leaf_fields(td, fname, snake_case(fname), fid, cursor, since, presence == "optional", ctx, fields)
                 cursor += self.wire_size(td)
             elif kind == "data":
                 td = self.resolve(child.get("type", ""), f"{ctx} data {fname!r}")
@@ -726,9 +836,14 @@ class _SchemaParser:
         if reserved:
             raise SchemaError(f"{ctx}: field name(s) {sorted(reserved)} clash with Message methods")
         return MessageSpec(
-            name=name, template_id=template_id, block_length=block_length,
-            since_version=_int_attr(elem, "sinceVersion", 0) or 0, description=elem.get("description", ""),
-            fields=tuple(fields), var_fields=tuple(var_fields))
+            name=name,
+            template_id=template_id,
+            block_length=block_length,
+            since_version=_int_attr(elem, "sinceVersion", 0) or 0,
+            description=elem.get("description", ""),
+            fields=tuple(fields),
+            var_fields=tuple(var_fields),
+        )
 
     def _var_field(self, td: _TypeDef, fname: str, fid: int, since: int, ctx: str) -> VarFieldSpec:
         if td.kind != "composite":
@@ -742,9 +857,17 @@ class _SchemaParser:
         p = _PRIMITIVES[length.primitive]
         declared_max = length.max_value if length.elem.get("maxValue") else min(p.max, DEFAULT_MAX_VAR_LENGTH)
         text = data.text_encoding
-        return VarFieldSpec(name=fname, attr=snake_case(fname), id=fid, type_name=td.name,
-                            length_primitive=length.primitive, length_size=p.size, max_length=int(declared_max),
-                            text_encoding=text, since_version=since)
+        return VarFieldSpec(
+            name=fname,
+            attr=snake_case(fname),
+            id=fid,
+            type_name=td.name,
+            length_primitive=length.primitive,
+            length_size=p.size,
+            max_length=int(declared_max),
+            text_encoding=text,
+            since_version=since,
+        )
 
     def _value_ref(self, ref: str, ctx: str) -> int:
         enum_name, _, value_name = ref.partition(".")
@@ -772,30 +895,30 @@ class SbeCodec:
         self.byte_order: str = parser.order
         header_fmt, self._header_idx, self.header_length = parser.header_layout()
         self._header_struct = struct.Struct(parser.order + header_fmt)
-        self._header_identity = self._header_idx == (0, 1, 2, 3) and len(self._header_struct.unpack(
-            bytes(self.header_length))) == 4
+        self._header_identity = (
+            self._header_idx == (0, 1, 2, 3) and len(self._header_struct.unpack(bytes(self.header_length))) == 4
+        )
         specs = parser.messages()
         self._by_id: dict[int, _Compiled] = {}
         self._by_name: dict[str, _Compiled] = {}
         for spec in specs:
             if spec.template_id in self._by_id:
-                raise SchemaError(f"template id {spec.template_id} used by both {self._by_id[spec.template_id].name}"
-                                  f" and {spec.name}")
+                raise SchemaError(
+                    f"template id {spec.template_id} used by both {self._by_id[spec.template_id].name} and {spec.name}"
+                )
             if spec.name in self._by_name:
                 raise SchemaError(f"message name {spec.name!r} defined twice")
-            compiled = _Compiled(spec, parser.order, header_fmt, self._header_idx, self.schema_id,
-                                 self.schema_version)
+            compiled = _Compiled(spec, parser.order, header_fmt, self._header_idx, self.schema_id, self.schema_version)
             self._by_id[spec.template_id] = compiled
             self._by_name[spec.name] = compiled
         self._lookup: dict[Any, _Compiled] = {**self._by_name, **self._by_id}
         for type_name, elem in parser.raw_types.items():
             if _local(elem.tag) == "enum":
                 parser.resolve(type_name, "enum")
-        self.enums: dict[str, EnumSpec] = {
-            td.name: td.enum for td in parser.types.values() if td.enum is not None
-        }
-        log.debug("SBE schema %s id=%d version=%d: %d messages", source, self.schema_id, self.schema_version,
-                  len(specs))
+        self.enums: dict[str, EnumSpec] = {td.name: td.enum for td in parser.types.values() if td.enum is not None}
+        log.debug(
+            "SBE schema %s id=%d version=%d: %d messages", source, self.schema_id, self.schema_version, len(specs)
+        )
 
     # ---- construction ----
 
@@ -868,8 +991,10 @@ class SbeCodec:
         buffer = _byte_view(buffer)
         end = self._end(buffer, offset, None)
         if end - offset < self.header_length:
-            raise CodecError(f"buffer too short for message header at offset {offset}: {end - offset} bytes, "
-                             f"need {self.header_length}")
+            raise CodecError(
+                f"buffer too short for message header at offset {offset}: {end - offset} bytes, "
+                f"need {self.header_length}"
+            )
         raw = self._header_struct.unpack_from(buffer, offset)
         i = self._header_idx
         return MessageHeader(raw[i[0]], raw[i[1]], raw[i[2]], raw[i[3]])
@@ -882,8 +1007,10 @@ class SbeCodec:
             buffer = _byte_view(buffer)
         end = self._end(buffer, offset, length)
         if end - offset < self.header_length:
-            raise CodecError(f"buffer too short for message header at offset {offset}: {end - offset} bytes, "
-                             f"need {self.header_length}")
+            raise CodecError(
+                f"buffer too short for message header at offset {offset}: {end - offset} bytes, "
+                f"need {self.header_length}"
+            )
         raw = self._header_struct.unpack_from(buffer, offset)
         if self._header_identity:
             block_length, template_id, schema_id, version = raw
@@ -891,15 +1018,24 @@ class SbeCodec:
             i = self._header_idx
             block_length, template_id, schema_id, version = raw[i[0]], raw[i[1]], raw[i[2]], raw[i[3]]
         if schema_id != self.schema_id:
-            raise CodecError(f"schema id {schema_id} != {self.schema_id} (template id {template_id} at offset "
-                             f"{offset})")
+            raise CodecError(
+                f"schema id {schema_id} != {self.schema_id} (template id {template_id} at offset {offset})"
+            )
         c = self._by_id.get(template_id)
         if c is None:
             raise CodecError(f"unknown template id {template_id} in schema {self.schema_id} at offset {offset}")
         return self._decode_body(c, buffer, offset, offset + self.header_length, end, block_length, version)
 
-    def decode_body(self, message: str | int, buffer: Buffer, offset: int = 0, length: int | None = None, *,
-                    block_length: int | None = None, version: int | None = None) -> Message:
+    def decode_body(
+        self,
+        message: str | int,
+        buffer: Buffer,
+        offset: int = 0,
+        length: int | None = None,
+        *,
+        block_length: int | None = None,
+        version: int | None = None,
+    ) -> Message:
         """Decode a block stored without a message header (the catalog stores descriptors this way).
 
         `block_length`/`version` default to the schema's; `encoded_length` then excludes any header.
@@ -907,9 +1043,15 @@ class SbeCodec:
         c = self._resolve(message)
         buffer = _byte_view(buffer)
         end = self._end(buffer, offset, length)
-        return self._decode_body(c, buffer, offset, offset, end,
-                                 c.block_length if block_length is None else block_length,
-                                 self.schema_version if version is None else version)
+        return self._decode_body(
+            c,
+            buffer,
+            offset,
+            offset,
+            end,
+            c.block_length if block_length is None else block_length,
+            self.schema_version if version is None else version,
+        )
 
     def _end(self, buffer: Buffer, offset: int, length: int | None) -> int:
         size = len(buffer)  # a byte count: _byte_view made any memoryview flat and byte-formatted
@@ -921,18 +1063,22 @@ class SbeCodec:
             raise CodecError(f"length {length} at offset {offset} exceeds the buffer of {size} bytes")
         return offset + length
 
-    def _decode_body(self, c: _Compiled, buffer: Buffer, start: int, body: int, end: int, block_length: int,
-                     version: int) -> Message:
+    def _decode_body(
+        self, c: _Compiled, buffer: Buffer, start: int, body: int, end: int, block_length: int, version: int
+    ) -> Message:
         block_end = body + block_length
         if block_end > end:
-            raise CodecError(f"buffer too short for block of message {c.name}: block length {block_length} at "
-                             f"offset {body} needs {block_length} bytes, {end - body} available")
+            raise CodecError(
+                f"buffer too short for block of message {c.name}: block length {block_length} at "
+                f"offset {body} needs {block_length} bytes, {end - body} available"
+            )
         if block_length >= c.block_length and version >= c.max_since:
             values: Any = c.block_struct.unpack_from(buffer, body)
         else:
             values = [
                 st.unpack_from(buffer, body + f.offset)[0]
-                if f.offset + f.size <= block_length and f.since_version <= version else null
+                if f.offset + f.size <= block_length and f.since_version <= version
+                else null
                 for f, st, null in zip(c.wire_fields, c.field_structs, c.nulls, strict=True)
             ]
         if c.text_fields:
@@ -951,16 +1097,20 @@ class SbeCodec:
                 append("" if encoding else b"")
                 continue
             if pos + len_size > end:
-                raise CodecError(f"buffer too short for the length of var field {attr} of message {c.name} at "
-                                 f"offset {pos}: {end - pos} bytes remain")
+                raise CodecError(
+                    f"buffer too short for the length of var field {attr} of message {c.name} at "
+                    f"offset {pos}: {end - pos} bytes remain"
+                )
             n = unpack_len(buffer, pos)[0]
             pos += len_size
             if n > max_len:
                 raise CodecError(f"var field {attr} of message {c.name} length {n} exceeds the maximum {max_len}")
             if pos + n > end:
-                raise CodecError(f"var field {attr} of message {c.name} length {n} exceeds the remaining "
-                                 f"{end - pos} bytes at offset {pos}")
-            chunk = buffer[pos:pos + n]
+                raise CodecError(
+                    f"var field {attr} of message {c.name} length {n} exceeds the remaining "
+                    f"{end - pos} bytes at offset {pos}"
+                )
+            chunk = buffer[pos : pos + n]
             append(str(chunk, encoding, "replace") if encoding else bytes(chunk))
             pos += n
         append(block_length)
@@ -1000,8 +1150,7 @@ class SbeCodec:
             parts.append(data)
         return b"".join(parts)
 
-    def encode_into(self, buffer: bytearray | memoryview, offset: int, message: str | int, /,
-                    **fields: Any) -> int:
+    def encode_into(self, buffer: bytearray | memoryview, offset: int, message: str | int, /, **fields: Any) -> int:
         """Encode into a preallocated writable buffer at `offset`; returns the encoded length.
 
         Nothing is written unless the whole message fits.
@@ -1018,19 +1167,20 @@ class SbeCodec:
             buffer = view
         size = len(buffer)
         if offset < 0 or offset + total > size:
-            raise CodecError(f"buffer too small to encode {c.name}: need {total} bytes at offset {offset}, "
-                             f"buffer holds {size}")
+            raise CodecError(
+                f"buffer too small to encode {c.name}: need {total} bytes at offset {offset}, buffer holds {size}"
+            )
         try:
             c.full_struct.pack_into(buffer, offset, *c.header_values, *values)
         except struct.error:
             head = self._pack_slow(c, c.full_struct, (*c.header_values, *self._coerce(c, values)))
-            buffer[offset:offset + len(head)] = head
+            buffer[offset : offset + len(head)] = head
         pos = offset + c.full_struct.size
         for layout, data in zip(c.var_layouts, var_data, strict=True):
             n = len(data)
             layout[2](buffer, pos, n)
             pos += layout[3]
-            buffer[pos:pos + n] = data
+            buffer[pos : pos + n] = data
             pos += n
         return total
 
@@ -1061,8 +1211,9 @@ class SbeCodec:
             else:
                 data = self._var_bytes(c, attr, value)
             if len(data) > max_len:
-                raise CodecError(f"var field {attr} of message {c.name} length {len(data)} exceeds the maximum "
-                                 f"{max_len}")
+                raise CodecError(
+                    f"var field {attr} of message {c.name} length {len(data)} exceeds the maximum {max_len}"
+                )
             var_data.append(data)
         if fields:
             self._check_extra(c, fields)
@@ -1083,8 +1234,9 @@ class SbeCodec:
         for attr, value in extra.items():
             if attr in c.constants:
                 if value != c.constants[attr]:
-                    raise CodecError(f"field {attr} of message {c.name} is the constant {c.constants[attr]!r}, "
-                                     f"got {value!r}")
+                    raise CodecError(
+                        f"field {attr} of message {c.name} is the constant {c.constants[attr]!r}, got {value!r}"
+                    )
                 continue
             known = ", ".join(sorted(c.attr_set))
             raise CodecError(f"unknown field {attr!r} for message {c.name} (fields: {known})")
@@ -1112,8 +1264,10 @@ class SbeCodec:
                 continue
             if isinstance(v, str) and f.enum is not None:
                 if v not in f.enum.values:
-                    raise CodecError(f"field {f.attr} of message {c.name}: {v!r} is not a {f.enum.name} value "
-                                     f"({', '.join(f.enum.values)})")
+                    raise CodecError(
+                        f"field {f.attr} of message {c.name}: {v!r} is not a {f.enum.name} value "
+                        f"({', '.join(f.enum.values)})"
+                    )
                 v = f.enum.values[v]
             if f.primitive_type in ("float", "double"):
                 if not isinstance(v, (int, float)):
@@ -1123,8 +1277,9 @@ class SbeCodec:
                     try:
                         v = operator.index(v)
                     except TypeError:
-                        raise CodecError(f"field {f.attr} of message {c.name} takes an int, not "
-                                         f"{type(v).__name__} {v!r}") from None
+                        raise CodecError(
+                            f"field {f.attr} of message {c.name} takes an int, not {type(v).__name__} {v!r}"
+                        ) from None
                 bits = 8 * _PRIMITIVES[f.primitive_type].size
                 unsigned = f.primitive_type.startswith("u")
                 lo, hi = (0, (1 << bits) - 1) if unsigned else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
@@ -1134,8 +1289,10 @@ class SbeCodec:
         return out
 
     def __repr__(self) -> str:
-        return (f"SbeCodec(package={self.package!r}, schema_id={self.schema_id}, version={self.schema_version}, "
-                f"messages={len(self._by_id)})")
+        return (
+            f"SbeCodec(package={self.package!r}, schema_id={self.schema_id}, version={self.schema_version}, "
+            f"messages={len(self._by_id)})"
+        )
 
 
 @functools.cache

@@ -17,8 +17,9 @@ log = logging.getLogger(__name__)
 class BackoffIdleStrategy:
     """Spin briefly, yield, then sleep up to `max_sleep_s`: Python cannot park for less than ~50 µs anyway."""
 
-    def __init__(self, max_spins: int = 10, max_yields: int = 20, min_sleep_s: float = 0.00005,
-                 max_sleep_s: float = 0.001) -> None:
+    def __init__(
+        self, max_spins: int = 10, max_yields: int = 20, min_sleep_s: float = 0.00005, max_sleep_s: float = 0.001
+    ) -> None:
         self.max_spins, self.max_yields = max_spins, max_yields
         self.min_sleep_s, self.max_sleep_s = min_sleep_s, max_sleep_s
         self._count = 0
@@ -42,9 +43,13 @@ class BackoffIdleStrategy:
 class Agent(ABC):
     """Runs `do_work` on a dedicated thread until closed; an exception is reported, counted, and survived."""
 
-    def __init__(self, name: str, error_handler: Callable[[BaseException], None],
-                 idle: BackoffIdleStrategy | None = None,
-                 nano_clock: Callable[[], int] = time.monotonic_ns) -> None:
+    def __init__(
+        self,
+        name: str,
+        error_handler: Callable[[BaseException], None],
+        idle: BackoffIdleStrategy | None = None,
+        nano_clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
         self.name = name
         self._error_handler = error_handler
         self._idle = idle or BackoffIdleStrategy()
@@ -105,9 +110,13 @@ class SessionWorker(Agent):
     conductor through `on_session_done`, which runs on this worker's thread and must only enqueue.
     """
 
-    def __init__(self, name: str, error_handler: Callable[[BaseException], None],
-                 on_session_done: Callable[[Session], None],
-                 nano_clock: Callable[[], int] = time.monotonic_ns) -> None:
+    def __init__(
+        self,
+        name: str,
+        error_handler: Callable[[BaseException], None],
+        on_session_done: Callable[[Session], None],
+        nano_clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
         super().__init__(name, error_handler, nano_clock=nano_clock)
         self._sessions: list[Session] = []
         self._incoming: queue.SimpleQueue[Session] = queue.SimpleQueue()

@@ -43,9 +43,13 @@ class Archive:
         os.makedirs(ctx.archive_dir, exist_ok=True)
         # Open (and recover) the catalog first: a torn recording must stop startup before anything listens.
         self.catalog = Catalog(
-            ctx.archive_dir, writable=True, capacity=ctx.catalog_capacity, file_sync_level=ctx.file_sync_level,
+            ctx.archive_dir,
+            writable=True,
+            capacity=ctx.catalog_capacity,
+            file_sync_level=ctx.file_sync_level,
             catalog_file_sync_level=ctx.catalog_file_sync_level,
-            checksum=checksum_for_name(ctx.record_checksum) if ctx.record_checksum else None)
+            checksum=checksum_for_name(ctx.record_checksum) if ctx.record_checksum else None,
+        )
         if ctx.aeron_dir is None:
             self.driver = EmbeddedMediaDriver()
             aeron_dir = self.driver.aeron_dir
@@ -55,9 +59,16 @@ class Archive:
         archive_id = ctx.archive_id if ctx.archive_id is not None else self.aeron.client_id
         self.conductor = ArchiveConductor(ctx, self.aeron, self.catalog, archive_id)
         self.conductor.start()
-        log.info("archive %d started: dir=%s aeron=%s control=%s/%d local=%s/%d", archive_id, ctx.archive_dir,
-                 aeron_dir, ctx.control_channel, ctx.control_stream_id, ctx.local_control_channel,
-                 ctx.local_control_stream_id)
+        log.info(
+            "archive %d started: dir=%s aeron=%s control=%s/%d local=%s/%d",
+            archive_id,
+            ctx.archive_dir,
+            aeron_dir,
+            ctx.control_channel,
+            ctx.control_stream_id,
+            ctx.local_control_channel,
+            ctx.local_control_stream_id,
+        )
 
     @property
     def aeron_dir(self) -> str:

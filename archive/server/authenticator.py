@@ -25,8 +25,7 @@ class Authenticator:
     def on_connect(self, control_session_id: int, encoded_credentials: bytes, now_ms: int) -> AuthResult:
         return AuthResult(AuthDecision.AUTHENTICATED)
 
-    def on_challenge_response(self, control_session_id: int, encoded_credentials: bytes,
-                              now_ms: int) -> AuthResult:
+    def on_challenge_response(self, control_session_id: int, encoded_credentials: bytes, now_ms: int) -> AuthResult:
         return AuthResult(AuthDecision.AUTHENTICATED)
 
 

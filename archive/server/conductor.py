@@ -113,16 +113,16 @@ class ArchiveConductor(Agent):
         self._delete_sessions: dict[int, DeleteSegmentsSession] = {}
         self._listings: list[Listing] = []
         self._replay_id = 1
-        self._record_checksum: Checksum | None = checksum_for_name(ctx.record_checksum) \
-            if ctx.record_checksum else None
-        self._replay_checksum: Checksum | None = checksum_for_name(ctx.replay_checksum) \
-            if ctx.replay_checksum else None
+        self._record_checksum: Checksum | None = checksum_for_name(ctx.record_checksum) if ctx.record_checksum else None
+        self._replay_checksum: Checksum | None = checksum_for_name(ctx.replay_checksum) if ctx.replay_checksum else None
         self.recorder_totals = WorkerTotals()
         self.replayer_totals = WorkerTotals()
-        self.recorder = SessionWorker("archive-recorder", self._on_agent_error, self._on_recording_done,
-                                      nano_clock=ctx.nano_clock)
-        self.replayer = SessionWorker("archive-replayer", self._on_agent_error, self._on_replay_done,
-                                      nano_clock=ctx.nano_clock)
+        self.recorder = SessionWorker(
+            "archive-recorder", self._on_agent_error, self._on_recording_done, nano_clock=ctx.nano_clock
+        )
+        self.replayer = SessionWorker(
+            "archive-replayer", self._on_agent_error, self._on_replay_done, nano_clock=ctx.nano_clock
+        )
         control_subs: list[Subscription] = []
         if ctx.control_channel:
             control_subs.append(aeron.add_subscription(ctx.control_channel, ctx.control_stream_id))
@@ -133,7 +133,8 @@ class ArchiveConductor(Agent):
         self._events: RecordingEventsProxy | None = None
         if ctx.recording_events_enabled:
             self._events = RecordingEventsProxy(
-                aeron.add_publication(ctx.recording_events_channel, ctx.recording_events_stream_id))
+                aeron.add_publication(ctx.recording_events_channel, ctx.recording_events_stream_id)
+            )
         self._closed = False
 
     # -- agent -------------------------------------------------------------------------------------------------
@@ -209,21 +210,45 @@ class ArchiveConductor(Agent):
         return work
 
     # -- control sessions ----------------------------------------------------------------------------------
-    def new_control_session(self, *, correlation_id: int, response_stream_id: int, version: int,
-                            response_channel: str, credentials: bytes, client_info: str,
-                            image_session_id: int) -> None:
+    def new_control_session(
+        self,
+        *,
+        correlation_id: int,
+        response_stream_id: int,
+        version: int,
+        response_channel: str,
+        credentials: bytes,
+        client_info: str,
+        image_session_id: int,
+    ) -> None:
         control_session_id = self._next_control_session_id
         self._next_control_session_id += 1
         session = ControlSession(
-            self, control_session_id, correlation_id, response_stream_id, response_channel, version,
-            credentials, client_info, image_session_id, self.ctx.authenticator, self.ctx.connect_timeout_ns,
-            self.ctx.session_liveness_check_interval_ns, now_ns=self._now_ns, epoch_clock=self.ctx.epoch_clock)
+            self,
+            control_session_id,
+            correlation_id,
+            response_stream_id,
+            response_channel,
+            version,
+            credentials,
+            client_info,
+            image_session_id,
+            self.ctx.authenticator,
+            self.ctx.connect_timeout_ns,
+            self.ctx.session_liveness_check_interval_ns,
+            now_ns=self._now_ns,
+            epoch_clock=self.ctx.epoch_clock,
+        )
         self._control_sessions[control_session_id] = session
         self.counters.control_sessions.set(len(self._control_sessions))
-        session.counter = self.counters.add_control_session_counter(control_session_id, client_info,
-                                                                    image_session_id)
-        log.info("control session %d: connect from %s (response %s stream %d)", control_session_id,
-                 client_info or "client", response_channel, response_stream_id)
+        session.counter = self.counters.add_control_session_counter(control_session_id, client_info, image_session_id)
+        log.info(
+            "control session %d: connect from %s (response %s stream %d)",
+            control_session_id,
+            client_info or "client",
+            response_channel,
+            response_stream_id,
+        )
 
     def control_session(self, control_session_id: int) -> ControlSession | None:
         return self._control_sessions.get(control_session_id)
@@ -244,8 +269,15 @@ class ArchiveConductor(Agent):
         self.counters.control_sessions.set(len(self._control_sessions))
         log.info("control session %d closed: %s", session.control_session_id, session.abort_reason)
 
-    def _signal(self, control_session_id: int, correlation_id: int, recording_id: int, subscription_id: int,
-                position: int, signal: RecordingSignal) -> None:
+    def _signal(
+        self,
+        control_session_id: int,
+        correlation_id: int,
+        recording_id: int,
+        subscription_id: int,
+        position: int,
+        signal: RecordingSignal,
+    ) -> None:
         session = self._control_sessions.get(control_session_id)
         if session is not None:
             session.send_signal(correlation_id, recording_id, subscription_id, position, signal)
@@ -260,65 +292,112 @@ class ArchiveConductor(Agent):
     def _check_storage_space(self) -> None:
         free = shutil.disk_usage(self.ctx.archive_dir).free
         if free <= self.ctx.low_storage_space_threshold:
-            raise ArchiveError(f"insufficient usable storage for new recording: {free} bytes free, threshold "
-                               f"{self.ctx.low_storage_space_threshold}", ErrorCode.STORAGE_SPACE)
+            raise ArchiveError(
+                f"insufficient usable storage for new recording: {free} bytes free, threshold "
+                f"{self.ctx.low_storage_space_threshold}",
+                ErrorCode.STORAGE_SPACE,
+            )
 
     def _active_recording_count(self) -> int:
         return len(self._recordings) + sum(1 for s in self._subscriptions.values() if not s.sessions)
 
     # -- recording -----------------------------------------------------------------------------------------
-    def start_recording(self, session: ControlClient, correlation_id: int, stream_id: int, source_location: int,
-                        auto_stop: bool, channel: str) -> None:
-        self._add_recording_subscription(session, correlation_id, stream_id, source_location, auto_stop, channel,
-                                         None)
+    def start_recording(
+        self,
+        session: ControlClient,
+        correlation_id: int,
+        stream_id: int,
+        source_location: int,
+        auto_stop: bool,
+        channel: str,
+    ) -> None:
+        self._add_recording_subscription(session, correlation_id, stream_id, source_location, auto_stop, channel, None)
 
-    def extend_recording(self, session: ControlClient, correlation_id: int, recording_id: int, stream_id: int,
-                         source_location: int, auto_stop: bool, channel: str) -> None:
+    def extend_recording(
+        self,
+        session: ControlClient,
+        correlation_id: int,
+        recording_id: int,
+        stream_id: int,
+        source_location: int,
+        auto_stop: bool,
+        channel: str,
+    ) -> None:
         if self._active_recording_count() >= self.ctx.max_concurrent_recordings:
-            raise ArchiveError(f"max concurrent recordings reached {self.ctx.max_concurrent_recordings}",
-                               ErrorCode.MAX_RECORDINGS)
+            raise ArchiveError(
+                f"max concurrent recordings reached {self.ctx.max_concurrent_recordings}", ErrorCode.MAX_RECORDINGS
+            )
         descriptor = self._descriptor(recording_id)
         if stream_id != descriptor.stream_id:
-            raise ArchiveError(f"cannot extend recording {recording_id} with streamId={stream_id} for existing "
-                               f"streamId={descriptor.stream_id}", ErrorCode.UNKNOWN_RECORDING)
+            raise ArchiveError(
+                f"cannot extend recording {recording_id} with streamId={stream_id} for existing "
+                f"streamId={descriptor.stream_id}",
+                ErrorCode.UNKNOWN_RECORDING,
+            )
         if recording_id in self._recordings or descriptor.is_active:
             raise ArchiveError(f"cannot extend active recording {recording_id}", ErrorCode.ACTIVE_RECORDING)
         if recording_id in self._delete_sessions:
-            raise ArchiveError(f"cannot extend recording {recording_id} while its segments are being deleted",
-                               ErrorCode.GENERIC)
-        self._add_recording_subscription(session, correlation_id, stream_id, source_location, auto_stop, channel,
-                                         recording_id)
+            raise ArchiveError(
+                f"cannot extend recording {recording_id} while its segments are being deleted", ErrorCode.GENERIC
+            )
+        self._add_recording_subscription(
+            session, correlation_id, stream_id, source_location, auto_stop, channel, recording_id
+        )
 
-    def _add_recording_subscription(self, session: ControlClient, correlation_id: int, stream_id: int,
-                                    source_location: int, auto_stop: bool, channel: str,
-                                    extend_recording_id: int | None) -> None:
+    def _add_recording_subscription(
+        self,
+        session: ControlClient,
+        correlation_id: int,
+        stream_id: int,
+        source_location: int,
+        auto_stop: bool,
+        channel: str,
+        extend_recording_id: int | None,
+    ) -> None:
         if extend_recording_id is None and self._active_recording_count() >= self.ctx.max_concurrent_recordings:
-            raise ArchiveError(f"max concurrent recordings reached {self.ctx.max_concurrent_recordings}",
-                               ErrorCode.MAX_RECORDINGS)
+            raise ArchiveError(
+                f"max concurrent recordings reached {self.ctx.max_concurrent_recordings}", ErrorCode.MAX_RECORDINGS
+            )
         if source_location not in (SourceLocation.LOCAL, SourceLocation.REMOTE):
             raise ArchiveError(f"invalid sourceLocation={source_location}", ErrorCode.GENERIC)
         self._check_storage_space()
         uri = ChannelUri.parse(channel)
         key = recording_subscription_key(channel, stream_id)
         if key in self._subscriptions:
-            raise ArchiveError(f"recording exists for streamId={stream_id} channel={channel}",
-                               ErrorCode.ACTIVE_SUBSCRIPTION)
+            raise ArchiveError(
+                f"recording exists for streamId={stream_id} channel={channel}", ErrorCode.ACTIVE_SUBSCRIPTION
+            )
         stripped = strip_channel(channel)
-        subscribe_channel = spy_channel(stripped) if (uri.is_udp and source_location == SourceLocation.LOCAL) \
-            else stripped
+        subscribe_channel = (
+            spy_channel(stripped) if (uri.is_udp and source_location == SourceLocation.LOCAL) else stripped
+        )
         holder: dict[str, RecordingSubscription] = {}
 
         def on_image(image: Image) -> None:  # C client thread: hand over to the conductor
             self.enqueue(lambda: self._on_image_available(holder["entry"], image))
 
         subscription = self.aeron.add_subscription(subscribe_channel, stream_id, on_available_image=on_image)
-        entry = RecordingSubscription(subscription, key, channel, stripped, stream_id, auto_stop,
-                                      session.control_session_id, correlation_id, extend_recording_id)
+        entry = RecordingSubscription(
+            subscription,
+            key,
+            channel,
+            stripped,
+            stream_id,
+            auto_stop,
+            session.control_session_id,
+            correlation_id,
+            extend_recording_id,
+        )
         holder["entry"] = entry
         self._subscriptions[key] = entry
         session.send_ok(correlation_id, subscription.registration_id)
-        log.info("%s recording subscription %d: %s stream %d", "extend" if extend_recording_id is not None
-                 else "start", subscription.registration_id, subscribe_channel, stream_id)
+        log.info(
+            "%s recording subscription %d: %s stream %d",
+            "extend" if extend_recording_id is not None else "start",
+            subscription.registration_id,
+            subscribe_channel,
+            stream_id,
+        )
 
     def _on_image_available(self, entry: RecordingSubscription, image: Image) -> None:
         if self._subscriptions.get(entry.key) is not entry or entry.stopping:
@@ -345,27 +424,38 @@ class ArchiveConductor(Agent):
             if entry.extend_recording_id is not None and not entry.sessions:
                 self._remove_subscription(entry)
 
-    def _new_position_counter(self, recording_id: int, image: Image, stream_id: int, stripped: str,
-                              position: int) -> Counter:
+    def _new_position_counter(
+        self, recording_id: int, image: Image, stream_id: int, stripped: str, position: int
+    ) -> Counter:
         counter = self.aeron.add_counter(
             ARCHIVE_RECORDING_POSITION_TYPE_ID,
             recording_pos.encode_key(recording_id, image.session_id, image.source_identity, self.archive_id),
-            recording_pos.label(recording_id, image.session_id, stream_id, stripped, self.archive_id))
+            recording_pos.label(recording_id, image.session_id, stream_id, stripped, self.archive_id),
+        )
         counter.set(position)
         return counter
 
     def _start_recording_session(self, entry: RecordingSubscription, image: Image) -> None:
         if len(self._recordings) >= self.ctx.max_concurrent_recordings:
-            raise ArchiveError(f"max concurrent recordings reached {self.ctx.max_concurrent_recordings}",
-                               ErrorCode.MAX_RECORDINGS)
+            raise ArchiveError(
+                f"max concurrent recordings reached {self.ctx.max_concurrent_recordings}", ErrorCode.MAX_RECORDINGS
+            )
         join = image.join_position
         term_length = image.term_buffer_length
         segment_length = max(self.ctx.segment_file_length, term_length)
         recording_id = self.catalog.add_new_recording(
-            start_position=join, start_timestamp=self.ctx.epoch_clock(), initial_term_id=image.initial_term_id,
-            segment_file_length=segment_length, term_buffer_length=term_length, mtu_length=image.mtu_length,
-            session_id=image.session_id, stream_id=entry.stream_id, stripped_channel=entry.stripped_channel,
-            original_channel=entry.channel, source_identity=image.source_identity)
+            start_position=join,
+            start_timestamp=self.ctx.epoch_clock(),
+            initial_term_id=image.initial_term_id,
+            segment_file_length=segment_length,
+            term_buffer_length=term_length,
+            mtu_length=image.mtu_length,
+            session_id=image.session_id,
+            stream_id=entry.stream_id,
+            stripped_channel=entry.stripped_channel,
+            original_channel=entry.channel,
+            source_identity=image.source_identity,
+        )
         self._launch_recording(entry, image, recording_id, join, join, segment_length, RecordingSignal.START)
 
     def _start_extend_session(self, entry: RecordingSubscription, image: Image) -> None:
@@ -378,43 +468,81 @@ class ArchiveConductor(Agent):
         if image.initial_term_id != d.initial_term_id:
             problems.append(f"image.initialTermId={image.initial_term_id} != rec.initialTermId={d.initial_term_id}")
         if image.term_buffer_length != d.term_buffer_length:
-            problems.append(f"image.termBufferLength={image.term_buffer_length} != "
-                            f"rec.termBufferLength={d.term_buffer_length}")
+            problems.append(
+                f"image.termBufferLength={image.term_buffer_length} != rec.termBufferLength={d.term_buffer_length}"
+            )
         if image.mtu_length != d.mtu_length:
             problems.append(f"image.mtuLength={image.mtu_length} != rec.mtuLength={d.mtu_length}")
         if problems:
-            raise ArchiveError(f"cannot extend recording {recording_id}: " + ", ".join(problems),
-                               ErrorCode.INVALID_EXTENSION)
-        self.catalog.extend_recording(recording_id, entry.control_session_id, entry.correlation_id,
-                                      image.session_id)
-        self._launch_recording(entry, image, recording_id, d.start_position, image.join_position,
-                               d.segment_file_length, RecordingSignal.EXTEND)
+            raise ArchiveError(
+                f"cannot extend recording {recording_id}: " + ", ".join(problems), ErrorCode.INVALID_EXTENSION
+            )
+        self.catalog.extend_recording(recording_id, entry.control_session_id, entry.correlation_id, image.session_id)
+        self._launch_recording(
+            entry,
+            image,
+            recording_id,
+            d.start_position,
+            image.join_position,
+            d.segment_file_length,
+            RecordingSignal.EXTEND,
+        )
 
-    def _launch_recording(self, entry: RecordingSubscription, image: Image, recording_id: int, start: int,
-                          join: int, segment_length: int, signal: RecordingSignal) -> None:
+    def _launch_recording(
+        self,
+        entry: RecordingSubscription,
+        image: Image,
+        recording_id: int,
+        start: int,
+        join: int,
+        segment_length: int,
+        signal: RecordingSignal,
+    ) -> None:
         term_length = image.term_buffer_length
         counter = self._new_position_counter(recording_id, image, entry.stream_id, entry.stripped_channel, join)
         writer = RecordingWriter(
-            self.ctx.archive_dir, recording_id, start, join, term_length, segment_length,
-            file_sync_level=self.ctx.file_sync_level, catalog_file_sync_level=self.ctx.catalog_file_sync_level,
-            checksum=self._record_checksum)
+            self.ctx.archive_dir,
+            recording_id,
+            start,
+            join,
+            term_length,
+            segment_length,
+            file_sync_level=self.ctx.file_sync_level,
+            catalog_file_sync_level=self.ctx.catalog_file_sync_level,
+            checksum=self._record_checksum,
+        )
         session = RecordingSession(
-            correlation_id=entry.correlation_id, recording_id=recording_id, start_position=start,
-            join_position=join, stream_id=entry.stream_id, original_channel=entry.channel, image=image,
-            position=counter, writer=writer, block_length_limit=min(term_length, self.ctx.file_io_max_length),
-            events=self._events, totals=self.recorder_totals, subscription_id=entry.subscription_id,
-            control_session_id=entry.control_session_id, auto_stop=entry.auto_stop,
-            nano_clock=self.ctx.nano_clock)
+            correlation_id=entry.correlation_id,
+            recording_id=recording_id,
+            start_position=start,
+            join_position=join,
+            stream_id=entry.stream_id,
+            original_channel=entry.channel,
+            image=image,
+            position=counter,
+            writer=writer,
+            block_length_limit=min(term_length, self.ctx.file_io_max_length),
+            events=self._events,
+            totals=self.recorder_totals,
+            subscription_id=entry.subscription_id,
+            control_session_id=entry.control_session_id,
+            auto_stop=entry.auto_stop,
+            nano_clock=self.ctx.nano_clock,
+        )
         entry.sessions[recording_id] = session
         self._recordings[recording_id] = session
         self._recording_entries[recording_id] = entry
         self.counters.recording_sessions.set(len(self._recordings))
-        self._signal(entry.control_session_id, entry.correlation_id, recording_id, entry.subscription_id, join,
-                     signal)
+        self._signal(entry.control_session_id, entry.correlation_id, recording_id, entry.subscription_id, join, signal)
         self.recorder.add_session(session)
-        log.info("recording %d %s at position %d (session %d, %s)", recording_id,
-                 "started" if signal is RecordingSignal.START else "extended", join, image.session_id,
-                 image.source_identity)
+        log.info(
+            "recording %d %s at position %d (session %d, %s)",
+            recording_id,
+            "started" if signal is RecordingSignal.START else "extended",
+            join,
+            image.session_id,
+            image.source_identity,
+        )
 
     def _close_recording_session(self, session: RecordingSession) -> None:
         recording_id = session.recording_id
@@ -427,8 +555,14 @@ class ArchiveConductor(Agent):
             control = self._control_sessions.get(session.control_session_id)
             if control is not None:
                 control.send_error(session.correlation_id, session.error.error_code, session.error.message)
-        self._signal(session.control_session_id, session.correlation_id, recording_id, session.subscription_id,
-                     position, RecordingSignal.STOP)
+        self._signal(
+            session.control_session_id,
+            session.correlation_id,
+            recording_id,
+            session.subscription_id,
+            position,
+            RecordingSignal.STOP,
+        )
         session.position.close()
         session.close()
         log.info("recording %d stopped at position %d", recording_id, position)
@@ -459,20 +593,21 @@ class ArchiveConductor(Agent):
     def stop_recording(self, session: ControlClient, correlation_id: int, stream_id: int, channel: str) -> None:
         entry = self._subscriptions.get(recording_subscription_key(channel, stream_id))
         if entry is None:
-            raise ArchiveError(f"no recording found for streamId={stream_id} channel={channel}",
-                               ErrorCode.UNKNOWN_SUBSCRIPTION)
+            raise ArchiveError(
+                f"no recording found for streamId={stream_id} channel={channel}", ErrorCode.UNKNOWN_SUBSCRIPTION
+            )
         self._stop_subscription(entry)
         session.send_ok(correlation_id, 0)
 
-    def stop_recording_subscription(self, session: ControlClient, correlation_id: int,
-                                    subscription_id: int) -> None:
+    def stop_recording_subscription(self, session: ControlClient, correlation_id: int, subscription_id: int) -> None:
         for entry in self._subscriptions.values():
             if entry.subscription_id == subscription_id:
                 self._stop_subscription(entry)
                 session.send_ok(correlation_id, 0)
                 return
-        raise ArchiveError(f"no recording subscription found for subscriptionId={subscription_id}",
-                           ErrorCode.UNKNOWN_SUBSCRIPTION)
+        raise ArchiveError(
+            f"no recording subscription found for subscriptionId={subscription_id}", ErrorCode.UNKNOWN_SUBSCRIPTION
+        )
 
     def stop_recording_by_identity(self, session: ControlClient, correlation_id: int, recording_id: int) -> None:
         self._descriptor(recording_id)
@@ -487,14 +622,25 @@ class ArchiveConductor(Agent):
             recording.abort("stopped by identity")
         session.send_ok(correlation_id, 1)
 
-    def list_recording_subscriptions(self, session: ControlClient, correlation_id: int, pseudo_index: int,
-                                     count: int, apply_stream_id: bool, stream_id: int, channel: str) -> None:
+    def list_recording_subscriptions(
+        self,
+        session: ControlClient,
+        correlation_id: int,
+        pseudo_index: int,
+        count: int,
+        apply_stream_id: bool,
+        stream_id: int,
+        channel: str,
+    ) -> None:
         if session.active_listing is not None:
             raise ArchiveError("active listing already in progress", ErrorCode.ACTIVE_LISTING)
-        snapshot = [SubscriptionDescriptor(e.subscription_id, e.stream_id, e.stripped_channel)
-                    for e in self._subscriptions.values()]
-        listing = ListRecordingSubscriptionsSession(session, correlation_id, pseudo_index, count, apply_stream_id,
-                                                    stream_id, channel, snapshot)
+        snapshot = [
+            SubscriptionDescriptor(e.subscription_id, e.stream_id, e.stripped_channel)
+            for e in self._subscriptions.values()
+        ]
+        listing = ListRecordingSubscriptionsSession(
+            session, correlation_id, pseudo_index, count, apply_stream_id, stream_id, channel, snapshot
+        )
         listing.do_work(self._now_ns)  # answered at once: the control session queues what back pressure refuses
         self._start_listing(session, listing)
 
@@ -509,12 +655,17 @@ class ArchiveConductor(Agent):
             raise ArchiveError("active listing already in progress", ErrorCode.ACTIVE_LISTING)
         self._start_listing(session, ListRecordingsSession(session, self.catalog, correlation_id, from_id, count))
 
-    def list_recordings_for_uri(self, session: ControlClient, correlation_id: int, from_id: int, count: int,
-                                stream_id: int, channel: str) -> None:
+    def list_recordings_for_uri(
+        self, session: ControlClient, correlation_id: int, from_id: int, count: int, stream_id: int, channel: str
+    ) -> None:
         if session.active_listing is not None:
             raise ArchiveError("active listing already in progress", ErrorCode.ACTIVE_LISTING)
-        self._start_listing(session, ListRecordingsSession(session, self.catalog, correlation_id, from_id, count,
-                                                           uri_filter(channel, stream_id)))
+        self._start_listing(
+            session,
+            ListRecordingsSession(
+                session, self.catalog, correlation_id, from_id, count, uri_filter(channel, stream_id)
+            ),
+        )
 
     def list_recording(self, session: ControlClient, correlation_id: int, recording_id: int) -> None:
         if session.active_listing is not None:
@@ -543,8 +694,15 @@ class ArchiveConductor(Agent):
         live = self.live_position(recording_id)
         session.send_ok(correlation_id, live if live != NULL_POSITION else d.stop_position)
 
-    def find_last_matching_recording(self, session: ControlClient, correlation_id: int, min_recording_id: int,
-                                     session_id: int, stream_id: int, channel: str) -> None:
+    def find_last_matching_recording(
+        self,
+        session: ControlClient,
+        correlation_id: int,
+        min_recording_id: int,
+        session_id: int,
+        stream_id: int,
+        channel: str,
+    ) -> None:
         if min_recording_id < 0:
             raise ArchiveError(f"minRecordingId={min_recording_id} < 0", ErrorCode.GENERIC)
         found = self.catalog.find_last_matching(min_recording_id, channel, stream_id, session_id)
@@ -554,48 +712,69 @@ class ArchiveConductor(Agent):
     def _replays_of(self, recording_id: int) -> list[ReplaySession]:
         return [r for r in self._replays.values() if r.recording_id == recording_id]
 
-    def start_replay(self, session: ControlClient, correlation_id: int, recording_id: int, position: int,
-                     length: int, replay_stream_id: int, replay_channel: str, limit_counter_id: int,
-                     file_io_max_length: int | None) -> None:
+    def start_replay(
+        self,
+        session: ControlClient,
+        correlation_id: int,
+        recording_id: int,
+        position: int,
+        length: int,
+        replay_stream_id: int,
+        replay_channel: str,
+        limit_counter_id: int,
+        file_io_max_length: int | None,
+    ) -> None:
         ctx = self.ctx
         if len(self._replays) >= ctx.max_concurrent_replays:
-            raise ArchiveError(f"max concurrent replays reached {ctx.max_concurrent_replays}",
-                               ErrorCode.MAX_REPLAYS)
+            raise ArchiveError(f"max concurrent replays reached {ctx.max_concurrent_replays}", ErrorCode.MAX_REPLAYS)
         d = self._descriptor(recording_id)
         reader = self.aeron.counters_reader
         limit: LimitCounter | None = None
         if limit_counter_id is not None and limit_counter_id >= 0:
             if reader.state(limit_counter_id) != COUNTER_RECORD_ALLOCATED:
-                raise ArchiveError(f"limit counter id {limit_counter_id} is not an allocated counter "
-                                   f"(recordingId={recording_id})", ErrorCode.GENERIC)
+                raise ArchiveError(
+                    f"limit counter id {limit_counter_id} is not an allocated counter (recordingId={recording_id})",
+                    ErrorCode.GENERIC,
+                )
             limit = LimitCounter(reader, limit_counter_id)
         elif recording_id in self._recordings:
             limit = LimitCounter(reader, self._recordings[recording_id].position.counter_id)
         replay_position = d.start_position if position == NULL_POSITION else position
         if position != NULL_POSITION:
             if position & (FRAME_ALIGNMENT - 1):
-                raise ArchiveError(f"requested replay start position={position} is not a multiple of "
-                                   f"FRAME_ALIGNMENT (32) for recordingId={recording_id}", ErrorCode.GENERIC)
+                raise ArchiveError(
+                    f"requested replay start position={position} is not a multiple of "
+                    f"FRAME_ALIGNMENT (32) for recordingId={recording_id}",
+                    ErrorCode.GENERIC,
+                )
             if position < d.start_position:
-                raise ArchiveError(f"requested replay start position={position} is less than recording start "
-                                   f"position={d.start_position} for recordingId={recording_id}",
-                                   ErrorCode.INVALID_POSITION)
+                raise ArchiveError(
+                    f"requested replay start position={position} is less than recording start "
+                    f"position={d.start_position} for recordingId={recording_id}",
+                    ErrorCode.INVALID_POSITION,
+                )
             if d.stop_position != NULL_POSITION and position >= d.stop_position:
-                raise ArchiveError(f"requested replay start position={position} must be less than highest "
-                                   f"recorded position={d.stop_position} for recordingId={recording_id}",
-                                   ErrorCode.INVALID_POSITION)
+                raise ArchiveError(
+                    f"requested replay start position={position} must be less than highest "
+                    f"recorded position={d.stop_position} for recordingId={recording_id}",
+                    ErrorCode.INVALID_POSITION,
+                )
         io_length = ctx.file_io_max_length
         if file_io_max_length is not None and file_io_max_length > 0:
             if file_io_max_length < d.mtu_length:
-                raise ArchiveError(f"fileIoMaxLength={file_io_max_length} < mtuLength={d.mtu_length} for "
-                                   f"recordingId={recording_id}", ErrorCode.GENERIC)
+                raise ArchiveError(
+                    f"fileIoMaxLength={file_io_max_length} < mtuLength={d.mtu_length} for recordingId={recording_id}",
+                    ErrorCode.GENERIC,
+                )
             io_length = min(io_length, file_io_max_length)
         if limit is not None:
             limit_position = limit.value()
             if replay_position > limit_position:
-                raise ArchiveError(f"requested replay start position={replay_position} must be less than the "
-                                   f"limit position={limit_position} for recordingId={recording_id}",
-                                   ErrorCode.INVALID_POSITION)
+                raise ArchiveError(
+                    f"requested replay start position={replay_position} must be less than the "
+                    f"limit position={limit_position} for recordingId={recording_id}",
+                    ErrorCode.INVALID_POSITION,
+                )
             stop_position = limit_position
             max_length = (1 << 63) - 1 - replay_position
         else:
@@ -606,46 +785,78 @@ class ArchiveConductor(Agent):
         elif length == REPLAY_ALL_AND_STOP:
             replay_length = stop_position - replay_position
             if replay_length == 0:
-                raise ArchiveError(f"empty recording: recordingId={recording_id} has no data from position="
-                                   f"{replay_position}", ErrorCode.EMPTY_RECORDING)
+                raise ArchiveError(
+                    f"empty recording: recordingId={recording_id} has no data from position={replay_position}",
+                    ErrorCode.EMPTY_RECORDING,
+                )
         else:
             replay_length = min(length, max_length)
         if replay_length < 0:
-            raise ArchiveError(f"replay length must be positive: length={length} for recordingId={recording_id}",
-                               ErrorCode.GENERIC)
+            raise ArchiveError(
+                f"replay length must be positive: length={length} for recordingId={recording_id}", ErrorCode.GENERIC
+            )
         delete = self._delete_sessions.get(recording_id)
         if delete is not None:
-            raise ArchiveError(f"cannot replay recording {recording_id} while its segments are being deleted",
-                               ErrorCode.GENERIC)
+            raise ArchiveError(
+                f"cannot replay recording {recording_id} while its segments are being deleted", ErrorCode.GENERIC
+            )
         publication = self.aeron.add_exclusive_publication(
-            self._replay_channel(replay_channel, replay_position, d), replay_stream_id)
+            self._replay_channel(replay_channel, replay_position, d), replay_stream_id
+        )
         replay_session_id = (self._replay_id << 32) | (publication.session_id & 0xFFFFFFFF)
         self._replay_id += 1
         control_session_id = session.control_session_id
         replay = ReplaySession(
-            replay_session_id=replay_session_id, correlation_id=correlation_id,
-            control_session_id=control_session_id, recording_id=recording_id, replay_position=replay_position,
-            replay_length=replay_length, start_position=d.start_position, stop_position=stop_position,
-            limit_counter=limit, publication=publication,
-            reader=RecordingReader(ctx.archive_dir, recording_id, d.start_position, d.term_buffer_length,
-                                   d.segment_file_length, d.initial_term_id, d.stream_id),
-            buffer=bytearray(io_length), term_length=d.term_buffer_length, stream_id=d.stream_id,
-            checksum=self._replay_checksum, connect_timeout_ns=ctx.connect_timeout_ns,
-            totals=self.replayer_totals, now_ns=self._now_ns, nano_clock=ctx.nano_clock,
+            replay_session_id=replay_session_id,
+            correlation_id=correlation_id,
+            control_session_id=control_session_id,
+            recording_id=recording_id,
+            replay_position=replay_position,
+            replay_length=replay_length,
+            start_position=d.start_position,
+            stop_position=stop_position,
+            limit_counter=limit,
+            publication=publication,
+            reader=RecordingReader(
+                ctx.archive_dir,
+                recording_id,
+                d.start_position,
+                d.term_buffer_length,
+                d.segment_file_length,
+                d.initial_term_id,
+                d.stream_id,
+            ),
+            buffer=bytearray(io_length),
+            term_length=d.term_buffer_length,
+            stream_id=d.stream_id,
+            checksum=self._replay_checksum,
+            connect_timeout_ns=ctx.connect_timeout_ns,
+            totals=self.replayer_totals,
+            now_ns=self._now_ns,
+            nano_clock=ctx.nano_clock,
             send_ok=lambda corr, rid: self.enqueue(lambda: self._send_ok(control_session_id, corr, rid)),
-            send_error=lambda corr, code, message: self._send_error(control_session_id, corr, code, message))
+            send_error=lambda corr, code, message: self._send_error(control_session_id, corr, code, message),
+        )
         self._replays[replay_session_id] = replay
         self.counters.replay_sessions.set(len(self._replays))
         self.replayer.add_session(replay)
-        log.info("replay %d of recording %d from %d length %d on %s stream %d", replay_session_id, recording_id,
-                 replay_position, replay_length, replay_channel, replay_stream_id)
+        log.info(
+            "replay %d of recording %d from %d length %d on %s stream %d",
+            replay_session_id,
+            recording_id,
+            replay_position,
+            replay_length,
+            replay_channel,
+            replay_stream_id,
+        )
 
     def _replay_channel(self, replay_channel: str, position: int, d: RecordingDescriptor) -> str:
         requested = ChannelUri.parse(replay_channel)
         uri = ChannelUri.parse(strip_channel(replay_channel))
-        params: dict[str, object] = {k.replace("-", "_"): v for k, v in
-                                     initial_position_params(position, d.initial_term_id,
-                                                             d.term_buffer_length).items()}
+        params: dict[str, object] = {
+            k.replace("-", "_"): v
+            for k, v in initial_position_params(position, d.initial_term_id, d.term_buffer_length).items()
+        }
         params["mtu"] = d.mtu_length
         params["linger"] = requested.get("linger") or f"{self.ctx.replay_linger_timeout_ns}ns"
         for key in ("eos", "sparse"):
@@ -670,8 +881,12 @@ class ArchiveConductor(Agent):
         if replay.error is not None:
             self._on_agent_error(replay.error)
             replay.send_pending_error()
-        log.info("replay %d of recording %d done at position %d", replay.replay_session_id, replay.recording_id,
-                 replay.replay_position)
+        log.info(
+            "replay %d of recording %d done at position %d",
+            replay.replay_session_id,
+            replay.recording_id,
+            replay.replay_position,
+        )
 
     def stop_replay(self, session: ControlClient, correlation_id: int, replay_session_id: int) -> None:
         replay = self._replays.get(replay_session_id)
@@ -686,15 +901,16 @@ class ArchiveConductor(Agent):
         session.send_ok(correlation_id, 0)
 
     # -- truncate / purge ----------------------------------------------------------------------------------
-    def truncate_recording(self, session: ControlClient, correlation_id: int, recording_id: int,
-                           position: int) -> None:
+    def truncate_recording(self, session: ControlClient, correlation_id: int, recording_id: int, position: int) -> None:
         d = self._descriptor(recording_id)
         if recording_id in self._recordings or d.is_active:
             raise ArchiveError(f"cannot truncate active recording {recording_id}", ErrorCode.ACTIVE_RECORDING)
         if position < d.start_position or position > d.stop_position or position & (FRAME_ALIGNMENT - 1):
-            raise ArchiveError(f"invalid position {position} for truncate of recording {recording_id}: must be a "
-                               f"multiple of 32 in [{d.start_position}, {d.stop_position}]",
-                               ErrorCode.INVALID_POSITION)
+            raise ArchiveError(
+                f"invalid position {position} for truncate of recording {recording_id}: must be a "
+                f"multiple of 32 in [{d.start_position}, {d.stop_position}]",
+                ErrorCode.INVALID_POSITION,
+            )
         if recording_id in self._delete_sessions:
             raise ArchiveError(f"another delete is in progress for recording {recording_id}", ErrorCode.GENERIC)
         to_delete = segments.truncate_segment_files(self.ctx.archive_dir, d, position)
@@ -708,16 +924,14 @@ class ArchiveConductor(Agent):
         if recording_id in self._recordings or d.is_active:
             raise ArchiveError(f"cannot purge active recording {recording_id}", ErrorCode.ACTIVE_RECORDING)
         if self._replays_of(recording_id):
-            raise ArchiveError(f"cannot purge recording with active replay {recording_id}",
-                               ErrorCode.ACTIVE_RECORDING)
+            raise ArchiveError(f"cannot purge recording with active replay {recording_id}", ErrorCode.ACTIVE_RECORDING)
         if recording_id in self._delete_sessions:
             raise ArchiveError(f"another delete is in progress for recording {recording_id}", ErrorCode.GENERIC)
         self.catalog.change_state(recording_id, RecordingState.DELETED)
         files = segments.recording_file_names(self.ctx.archive_dir, recording_id)
         self._queue_deletion(session, correlation_id, recording_id, files)
 
-    def _queue_deletion(self, session: ControlClient, correlation_id: int, recording_id: int,
-                        files: list[str]) -> None:
+    def _queue_deletion(self, session: ControlClient, correlation_id: int, recording_id: int, files: list[str]) -> None:
         control_session_id = session.control_session_id
         session.send_ok(correlation_id, len(files))
 
@@ -725,8 +939,9 @@ class ArchiveConductor(Agent):
             self._delete_sessions.pop(recording_id, None)
             self._signal(control_session_id, correlation_id, recording_id, -1, -1, RecordingSignal.DELETE)
 
-        delete = DeleteSegmentsSession(self.ctx.archive_dir, recording_id, files,
-                                       lambda: bool(self._replays_of(recording_id)), on_done)
+        delete = DeleteSegmentsSession(
+            self.ctx.archive_dir, recording_id, files, lambda: bool(self._replays_of(recording_id)), on_done
+        )
         if not files:
             on_done(delete)
             return

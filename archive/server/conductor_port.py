@@ -36,18 +36,21 @@ class ControlResponder(Protocol):
 
     def send_error(self, correlation_id: int, error_code: int, message: str) -> None: ...
 
-    def send_response_code(self, correlation_id: int, relevant_id: int, code: ControlResponseCode,
-                           message: str = "") -> None: ...
+    def send_response_code(
+        self, correlation_id: int, relevant_id: int, code: ControlResponseCode, message: str = ""
+    ) -> None: ...
 
     def send_descriptor(self, correlation_id: int, catalog_bytes: bytes, throttle: bool = True) -> bool:
         """False (nothing sent) while earlier responses are still queued and `throttle` is set: retry later."""
 
-    def send_subscription_descriptor(self, correlation_id: int, subscription_id: int, stream_id: int,
-                                     stripped_channel: str) -> bool:
+    def send_subscription_descriptor(
+        self, correlation_id: int, subscription_id: int, stream_id: int, stripped_channel: str
+    ) -> bool:
         """False when nothing was sent and the listing must offer the same descriptor again later."""
 
-    def send_signal(self, correlation_id: int, recording_id: int, subscription_id: int, position: int,
-                    signal: RecordingSignal) -> None: ...
+    def send_signal(
+        self, correlation_id: int, recording_id: int, subscription_id: int, position: int, signal: RecordingSignal
+    ) -> None: ...
 
 
 class ControlClient(ControlResponder, Protocol):
@@ -72,23 +75,47 @@ class ConductorPort(Protocol):
 
     def add_response_publication(self, channel: str, stream_id: int) -> ResponsePublication: ...
 
-    def start_recording(self, session: ControlClient, correlation_id: int, stream_id: int, source_location: int,
-                        auto_stop: bool, channel: str) -> None: ...
+    def start_recording(
+        self,
+        session: ControlClient,
+        correlation_id: int,
+        stream_id: int,
+        source_location: int,
+        auto_stop: bool,
+        channel: str,
+    ) -> None: ...
 
-    def extend_recording(self, session: ControlClient, correlation_id: int, recording_id: int, stream_id: int,
-                         source_location: int, auto_stop: bool, channel: str) -> None: ...
+    def extend_recording(
+        self,
+        session: ControlClient,
+        correlation_id: int,
+        recording_id: int,
+        stream_id: int,
+        source_location: int,
+        auto_stop: bool,
+        channel: str,
+    ) -> None: ...
 
     def stop_recording(self, session: ControlClient, correlation_id: int, stream_id: int, channel: str) -> None: ...
 
-    def stop_recording_subscription(self, session: ControlClient, correlation_id: int,
-                                    subscription_id: int) -> None: ...
+    def stop_recording_subscription(
+        self, session: ControlClient, correlation_id: int, subscription_id: int
+    ) -> None: ...
 
-    def stop_recording_by_identity(self, session: ControlClient, correlation_id: int,
-                                   recording_id: int) -> None: ...
+    def stop_recording_by_identity(self, session: ControlClient, correlation_id: int, recording_id: int) -> None: ...
 
-    def start_replay(self, session: ControlClient, correlation_id: int, recording_id: int, position: int,
-                     length: int, replay_stream_id: int, replay_channel: str, limit_counter_id: int,
-                     file_io_max_length: int | None) -> None: ...
+    def start_replay(
+        self,
+        session: ControlClient,
+        correlation_id: int,
+        recording_id: int,
+        position: int,
+        length: int,
+        replay_stream_id: int,
+        replay_channel: str,
+        limit_counter_id: int,
+        file_io_max_length: int | None,
+    ) -> None: ...
 
     def stop_replay(self, session: ControlClient, correlation_id: int, replay_session_id: int) -> None: ...
 
@@ -96,13 +123,22 @@ class ConductorPort(Protocol):
 
     def list_recordings(self, session: ControlClient, correlation_id: int, from_id: int, count: int) -> None: ...
 
-    def list_recordings_for_uri(self, session: ControlClient, correlation_id: int, from_id: int, count: int,
-                                stream_id: int, channel: str) -> None: ...
+    def list_recordings_for_uri(
+        self, session: ControlClient, correlation_id: int, from_id: int, count: int, stream_id: int, channel: str
+    ) -> None: ...
 
     def list_recording(self, session: ControlClient, correlation_id: int, recording_id: int) -> None: ...
 
-    def list_recording_subscriptions(self, session: ControlClient, correlation_id: int, pseudo_index: int,
-                                     count: int, apply_stream_id: bool, stream_id: int, channel: str) -> None: ...
+    def list_recording_subscriptions(
+        self,
+        session: ControlClient,
+        correlation_id: int,
+        pseudo_index: int,
+        count: int,
+        apply_stream_id: bool,
+        stream_id: int,
+        channel: str,
+    ) -> None: ...
 
     def get_recording_position(self, session: ControlClient, correlation_id: int, recording_id: int) -> None: ...
 
@@ -110,13 +146,20 @@ class ConductorPort(Protocol):
 
     def get_start_position(self, session: ControlClient, correlation_id: int, recording_id: int) -> None: ...
 
-    def get_max_recorded_position(self, session: ControlClient, correlation_id: int,
-                                  recording_id: int) -> None: ...
+    def get_max_recorded_position(self, session: ControlClient, correlation_id: int, recording_id: int) -> None: ...
 
-    def find_last_matching_recording(self, session: ControlClient, correlation_id: int, min_recording_id: int,
-                                     session_id: int, stream_id: int, channel: str) -> None: ...
+    def find_last_matching_recording(
+        self,
+        session: ControlClient,
+        correlation_id: int,
+        min_recording_id: int,
+        session_id: int,
+        stream_id: int,
+        channel: str,
+    ) -> None: ...
 
-    def truncate_recording(self, session: ControlClient, correlation_id: int, recording_id: int,
-                           position: int) -> None: ...
+    def truncate_recording(
+        self, session: ControlClient, correlation_id: int, recording_id: int, position: int
+    ) -> None: ...
 
     def purge_recording(self, session: ControlClient, correlation_id: int, recording_id: int) -> None: ...

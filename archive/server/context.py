@@ -69,8 +69,10 @@ class ArchiveContext:
             if getattr(self, name) not in (0, 1, 2):
                 raise ValueError(f"{name} must be 0, 1 or 2: {getattr(self, name)}")
         if self.catalog_file_sync_level < self.file_sync_level:
-            raise ValueError(f"catalog_file_sync_level ({self.catalog_file_sync_level}) must be >= "
-                             f"file_sync_level ({self.file_sync_level})")
+            raise ValueError(
+                f"catalog_file_sync_level ({self.catalog_file_sync_level}) must be >= "
+                f"file_sync_level ({self.file_sync_level})"
+            )
         for name in ("control_channel", "local_control_channel"):
             value = getattr(self, name)
             if value is not None:
@@ -90,5 +92,6 @@ class ArchiveContext:
             value = getattr(self, name)
             if value:
                 from aeron_archive_spark.archive.storage.checksums import checksum_for_name
+
                 checksum_for_name(value)  # raises ValueError naming the unknown checksum
         return self

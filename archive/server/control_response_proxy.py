@@ -23,35 +23,77 @@ class ControlResponseProxy:
     def __init__(self) -> None:
         self._codec = load_archive_codec()
 
-    def control_response(self, control_session_id: int, correlation_id: int, relevant_id: int,
-                         code: ControlResponseCode, error_message: str = "") -> bytes:
+    def control_response(
+        self,
+        control_session_id: int,
+        correlation_id: int,
+        relevant_id: int,
+        code: ControlResponseCode,
+        error_message: str = "",
+    ) -> bytes:
         return self._codec.encode(
-            "ControlResponse", control_session_id=control_session_id, correlation_id=correlation_id,
-            relevant_id=relevant_id, code=int(code), version=PROTOCOL_SEMANTIC_VERSION,
-            error_message=error_message)
+            "ControlResponse",
+            control_session_id=control_session_id,
+            correlation_id=correlation_id,
+            relevant_id=relevant_id,
+            code=int(code),
+            version=PROTOCOL_SEMANTIC_VERSION,
+            error_message=error_message,
+        )
 
     def recording_descriptor(self, control_session_id: int, correlation_id: int, catalog_bytes: bytes) -> bytes:
         """Header + live ids + the raw catalog bytes from `recordingId` to the end of the aligned entry (§4.4)."""
-        return _DESCRIPTOR_HEAD.pack(RECORDING_DESCRIPTOR_BLOCK_LENGTH, RECORDING_DESCRIPTOR, SCHEMA_ID,
-                                     SCHEMA_VERSION, control_session_id, correlation_id) + catalog_bytes
+        return (
+            _DESCRIPTOR_HEAD.pack(
+                RECORDING_DESCRIPTOR_BLOCK_LENGTH,
+                RECORDING_DESCRIPTOR,
+                SCHEMA_ID,
+                SCHEMA_VERSION,
+                control_session_id,
+                correlation_id,
+            )
+            + catalog_bytes
+        )
 
-    def recording_signal(self, control_session_id: int, correlation_id: int, recording_id: int,
-                         subscription_id: int, position: int, signal: RecordingSignal) -> bytes:
+    def recording_signal(
+        self,
+        control_session_id: int,
+        correlation_id: int,
+        recording_id: int,
+        subscription_id: int,
+        position: int,
+        signal: RecordingSignal,
+    ) -> bytes:
         return self._codec.encode(
-            "RecordingSignalEvent", control_session_id=control_session_id, correlation_id=correlation_id,
-            recording_id=recording_id, subscription_id=subscription_id, position=position, signal=int(signal))
+            "RecordingSignalEvent",
+            control_session_id=control_session_id,
+            correlation_id=correlation_id,
+            recording_id=recording_id,
+            subscription_id=subscription_id,
+            position=position,
+            signal=int(signal),
+        )
 
-    def recording_subscription_descriptor(self, control_session_id: int, correlation_id: int,
-                                          subscription_id: int, stream_id: int, stripped_channel: str) -> bytes:
+    def recording_subscription_descriptor(
+        self, control_session_id: int, correlation_id: int, subscription_id: int, stream_id: int, stripped_channel: str
+    ) -> bytes:
         return self._codec.encode(
-            "RecordingSubscriptionDescriptor", control_session_id=control_session_id,
-            correlation_id=correlation_id, subscription_id=subscription_id, stream_id=stream_id,
-            stripped_channel=stripped_channel)
+            "RecordingSubscriptionDescriptor",
+            control_session_id=control_session_id,
+            correlation_id=correlation_id,
+            subscription_id=subscription_id,
+            stream_id=stream_id,
+            stripped_channel=stripped_channel,
+        )
 
     def challenge(self, control_session_id: int, correlation_id: int, encoded_challenge: bytes) -> bytes:
         return self._codec.encode(
-            "Challenge", control_session_id=control_session_id, correlation_id=correlation_id,
-            version=PROTOCOL_SEMANTIC_VERSION, encoded_challenge=encoded_challenge)
+            "Challenge",
+            control_session_id=control_session_id,
+            correlation_id=correlation_id,
+            version=PROTOCOL_SEMANTIC_VERSION,
+            encoded_challenge=encoded_challenge,
+        )
 
     def ping(self, control_session_id: int) -> bytes:
         return self._codec.encode("Ping", control_session_id=control_session_id)

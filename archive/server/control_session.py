@@ -65,11 +65,24 @@ def response_channel_for(client_channel: str) -> str:
 
 
 class ControlSession:
-    def __init__(self, conductor: ConductorPort, control_session_id: int, correlation_id: int,
-                 response_stream_id: int, response_channel: str, client_version: int, credentials: bytes,
-                 client_info: str, image_session_id: int, authenticator: Authenticator,
-                 connect_timeout_ns: int, liveness_interval_ns: int, *, now_ns: int,
-                 epoch_clock: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        conductor: ConductorPort,
+        control_session_id: int,
+        correlation_id: int,
+        response_stream_id: int,
+        response_channel: str,
+        client_version: int,
+        credentials: bytes,
+        client_info: str,
+        image_session_id: int,
+        authenticator: Authenticator,
+        connect_timeout_ns: int,
+        liveness_interval_ns: int,
+        *,
+        now_ns: int,
+        epoch_clock: Callable[[], int],
+    ) -> None:
         """`now_ns` is the conductor's time for this duty cycle; `epoch_clock` (ms) is what the authenticator sees."""
         self._conductor = conductor
         self.control_session_id = control_session_id
@@ -137,20 +150,35 @@ class ControlSession:
             return self._do_init()
         if state is ControlSessionState.CONNECTING:
             return self._do_connecting(now)
-        if state in (ControlSessionState.CONNECTED, ControlSessionState.CHALLENGED,
-                     ControlSessionState.AUTHENTICATED, ControlSessionState.REJECTED):
+        if state in (
+            ControlSessionState.CONNECTED,
+            ControlSessionState.CHALLENGED,
+            ControlSessionState.AUTHENTICATED,
+            ControlSessionState.REJECTED,
+        ):
             if now > self._deadline_ns:
                 self.abort(f"not active within connectTimeoutMs={self._connect_timeout_ns // 1_000_000}")
                 return 1
             if state is ControlSessionState.CONNECTED:
                 return self._do_connected(now)
             if state is ControlSessionState.AUTHENTICATED:
-                return self._resend(now, lambda: self._proxy.control_response(
-                    self.control_session_id, self.correlation_id, self.control_session_id, ControlResponseCode.OK))
+                return self._resend(
+                    now,
+                    lambda: self._proxy.control_response(
+                        self.control_session_id, self.correlation_id, self.control_session_id, ControlResponseCode.OK
+                    ),
+                )
             if state is ControlSessionState.REJECTED:
-                return self._resend(now, lambda: self._proxy.control_response(
-                    self.control_session_id, self.correlation_id, ErrorCode.AUTHENTICATION_REJECTED,
-                    ControlResponseCode.ERROR, "authentication rejected"))
+                return self._resend(
+                    now,
+                    lambda: self._proxy.control_response(
+                        self.control_session_id,
+                        self.correlation_id,
+                        ErrorCode.AUTHENTICATION_REJECTED,
+                        ControlResponseCode.ERROR,
+                        "authentication rejected",
+                    ),
+                )
             return 0
         if state is ControlSessionState.ACTIVE:
             return self._do_active(now)
@@ -161,8 +189,13 @@ class ControlSession:
             channel = response_channel_for(self.response_channel)
             self.publication = self._conductor.add_response_publication(channel, self.response_stream_id)
         except Exception as ex:  # a bad client channel ends this session, never the conductor
-            log.warning("control session %d: cannot add response publication %s stream %d: %s",
-                        self.control_session_id, self.response_channel, self.response_stream_id, ex)
+            log.warning(
+                "control session %d: cannot add response publication %s stream %d: %s",
+                self.control_session_id,
+                self.response_channel,
+                self.response_stream_id,
+                ex,
+            )
             self.abort(f"failed to add response publication: {ex}")
             return 1
         self._set_state(ControlSessionState.CONNECTING)
@@ -185,9 +218,15 @@ class ControlSession:
         if (self.client_version >> 16) != PROTOCOL_MAJOR_VERSION:
             version = self.client_version
             major, minor, patch = version >> 16, (version >> 8) & 0xFF, version & 0xFF
-            self._offer(self._proxy.control_response(
-                self.control_session_id, self.correlation_id, ErrorCode.GENERIC, ControlResponseCode.ERROR,
-                f"invalid client version {major}.{minor}.{patch}, archive is {PROTOCOL_MAJOR_VERSION}.x"))
+            self._offer(
+                self._proxy.control_response(
+                    self.control_session_id,
+                    self.correlation_id,
+                    ErrorCode.GENERIC,
+                    ControlResponseCode.ERROR,
+                    f"invalid client version {major}.{minor}.{patch}, archive is {PROTOCOL_MAJOR_VERSION}.x",
+                )
+            )
             self.abort("invalid client version")
             return 1
         result = self._authenticator.on_connect(self.control_session_id, self._credentials, self._epoch_clock())
@@ -225,8 +264,9 @@ class ControlSession:
             else:
                 break
         if self._pending and now - self._last_sent_ns > self._connect_timeout_ns:
-            self.abort(f"failed to send response for more than connectTimeoutMs="
-                       f"{self._connect_timeout_ns // 1_000_000}")
+            self.abort(
+                f"failed to send response for more than connectTimeoutMs={self._connect_timeout_ns // 1_000_000}"
+            )
             return 1
         if now >= self._next_ping_ns:
             self._next_ping_ns = now + self._liveness_interval_ns
@@ -256,17 +296,27 @@ class ControlSession:
             self._pending.append(message)
 
     def send_ok(self, correlation_id: int, relevant_id: int = 0) -> None:
-        self.send(self._proxy.control_response(self.control_session_id, correlation_id, relevant_id,
-                                               ControlResponseCode.OK))
+        self.send(
+            self._proxy.control_response(self.control_session_id, correlation_id, relevant_id, ControlResponseCode.OK)
+        )
 
     def send_error(self, correlation_id: int, error_code: int, message: str) -> None:
-        log.info("control session %d: correlationId=%d error %s: %s", self.control_session_id, correlation_id,
-                 ErrorCode.name_of(error_code), message)
-        self.send(self._proxy.control_response(self.control_session_id, correlation_id, error_code,
-                                               ControlResponseCode.ERROR, message))
+        log.info(
+            "control session %d: correlationId=%d error %s: %s",
+            self.control_session_id,
+            correlation_id,
+            ErrorCode.name_of(error_code),
+            message,
+        )
+        self.send(
+            self._proxy.control_response(
+                self.control_session_id, correlation_id, error_code, ControlResponseCode.ERROR, message
+            )
+        )
 
-    def send_response_code(self, correlation_id: int, relevant_id: int, code: ControlResponseCode,
-                           message: str = "") -> None:
+    def send_response_code(
+        self, correlation_id: int, relevant_id: int, code: ControlResponseCode, message: str = ""
+    ) -> None:
         self.send(self._proxy.control_response(self.control_session_id, correlation_id, relevant_id, code, message))
 
     def send_descriptor(self, correlation_id: int, catalog_bytes: bytes, throttle: bool = True) -> bool:
@@ -276,17 +326,25 @@ class ControlSession:
         self.send(self._proxy.recording_descriptor(self.control_session_id, correlation_id, catalog_bytes))
         return True
 
-    def send_subscription_descriptor(self, correlation_id: int, subscription_id: int, stream_id: int,
-                                     stripped_channel: str) -> bool:
+    def send_subscription_descriptor(
+        self, correlation_id: int, subscription_id: int, stream_id: int, stripped_channel: str
+    ) -> bool:
         """Never refused: a descriptor that meets back pressure is queued behind the earlier responses."""
-        self.send(self._proxy.recording_subscription_descriptor(
-            self.control_session_id, correlation_id, subscription_id, stream_id, stripped_channel))
+        self.send(
+            self._proxy.recording_subscription_descriptor(
+                self.control_session_id, correlation_id, subscription_id, stream_id, stripped_channel
+            )
+        )
         return True
 
-    def send_signal(self, correlation_id: int, recording_id: int, subscription_id: int, position: int,
-                    signal: RecordingSignal) -> None:
-        self.send(self._proxy.recording_signal(self.control_session_id, correlation_id, recording_id,
-                                               subscription_id, position, signal))
+    def send_signal(
+        self, correlation_id: int, recording_id: int, subscription_id: int, position: int, signal: RecordingSignal
+    ) -> None:
+        self.send(
+            self._proxy.recording_signal(
+                self.control_session_id, correlation_id, recording_id, subscription_id, position, signal
+            )
+        )
 
     # -- requests ----------------------------------------------------------------------------------------------
     def _activate(self, request: str) -> bool:
@@ -301,8 +359,7 @@ class ControlSession:
             self._set_state(ControlSessionState.ACTIVE)
             self._next_ping_ns = self._now_ns + self._liveness_interval_ns
         if self.state is not ControlSessionState.ACTIVE:
-            log.warning("control session %d: %s in state %s ignored", self.control_session_id, request,
-                        self.state.name)
+            log.warning("control session %d: %s in state %s ignored", self.control_session_id, request, self.state.name)
             return False
         return True
 
@@ -319,7 +376,8 @@ class ControlSession:
     def on_challenge_response(self, correlation_id: int, encoded_credentials: bytes) -> None:
         if self.state is ControlSessionState.CHALLENGED:
             result = self._authenticator.on_challenge_response(
-                self.control_session_id, encoded_credentials, self._epoch_clock())
+                self.control_session_id, encoded_credentials, self._epoch_clock()
+            )
             self._apply_auth(result.decision, result.encoded_challenge)
 
     def on_close_session(self) -> None:
@@ -331,15 +389,18 @@ class ControlSession:
 
     def on_unsupported_request(self, correlation_id: int, name: str, template_id: int) -> None:
         if self._activate(name):
-            self.send_error(correlation_id, ErrorCode.GENERIC,
-                            f"request {name} (templateId={template_id}) is not supported by this archive")
+            self.send_error(
+                correlation_id,
+                ErrorCode.GENERIC,
+                f"request {name} (templateId={template_id}) is not supported by this archive",
+            )
 
-    def on_start_recording(self, correlation_id: int, stream_id: int, source_location: int, auto_stop: bool,
-                           channel: str) -> None:
+    def on_start_recording(
+        self, correlation_id: int, stream_id: int, source_location: int, auto_stop: bool, channel: str
+    ) -> None:
         if self._activate("StartRecordingRequest"):
             with self._answering_errors(correlation_id):
-                self._conductor.start_recording(self, correlation_id, stream_id, source_location, auto_stop,
-                                                channel)
+                self._conductor.start_recording(self, correlation_id, stream_id, source_location, auto_stop, channel)
 
     def on_stop_recording(self, correlation_id: int, stream_id: int, channel: str) -> None:
         if self._activate("StopRecordingRequest"):
@@ -356,28 +417,69 @@ class ControlSession:
             with self._answering_errors(correlation_id):
                 self._conductor.stop_recording_by_identity(self, correlation_id, recording_id)
 
-    def on_extend_recording(self, correlation_id: int, recording_id: int, stream_id: int, source_location: int,
-                            auto_stop: bool, channel: str) -> None:
+    def on_extend_recording(
+        self,
+        correlation_id: int,
+        recording_id: int,
+        stream_id: int,
+        source_location: int,
+        auto_stop: bool,
+        channel: str,
+    ) -> None:
         if self._activate("ExtendRecordingRequest"):
             with self._answering_errors(correlation_id):
-                self._conductor.extend_recording(self, correlation_id, recording_id, stream_id, source_location,
-                                                 auto_stop, channel)
+                self._conductor.extend_recording(
+                    self, correlation_id, recording_id, stream_id, source_location, auto_stop, channel
+                )
 
-    def on_start_replay(self, correlation_id: int, recording_id: int, position: int, length: int,
-                        replay_stream_id: int, replay_channel: str, file_io_max_length: int | None) -> None:
+    def on_start_replay(
+        self,
+        correlation_id: int,
+        recording_id: int,
+        position: int,
+        length: int,
+        replay_stream_id: int,
+        replay_channel: str,
+        file_io_max_length: int | None,
+    ) -> None:
         if self._activate("ReplayRequest"):
             with self._answering_errors(correlation_id):
-                self._conductor.start_replay(self, correlation_id, recording_id, position, length,
-                                             replay_stream_id, replay_channel, -1, file_io_max_length)
+                self._conductor.start_replay(
+                    self,
+                    correlation_id,
+                    recording_id,
+                    position,
+                    length,
+                    replay_stream_id,
+                    replay_channel,
+                    -1,
+                    file_io_max_length,
+                )
 
-    def on_start_bounded_replay(self, correlation_id: int, recording_id: int, position: int, length: int,
-                                limit_counter_id: int, replay_stream_id: int, replay_channel: str,
-                                file_io_max_length: int | None) -> None:
+    def on_start_bounded_replay(
+        self,
+        correlation_id: int,
+        recording_id: int,
+        position: int,
+        length: int,
+        limit_counter_id: int,
+        replay_stream_id: int,
+        replay_channel: str,
+        file_io_max_length: int | None,
+    ) -> None:
         if self._activate("BoundedReplayRequest"):
             with self._answering_errors(correlation_id):
-                self._conductor.start_replay(self, correlation_id, recording_id, position, length,
-                                             replay_stream_id, replay_channel, limit_counter_id,
-                                             file_io_max_length)
+                self._conductor.start_replay(
+                    self,
+                    correlation_id,
+                    recording_id,
+                    position,
+                    length,
+                    replay_stream_id,
+                    replay_channel,
+                    limit_counter_id,
+                    file_io_max_length,
+                )
 
     def on_stop_replay(self, correlation_id: int, replay_session_id: int) -> None:
         if self._activate("StopReplayRequest"):
@@ -394,25 +496,34 @@ class ControlSession:
             with self._answering_errors(correlation_id):
                 self._conductor.list_recordings(self, correlation_id, from_recording_id, record_count)
 
-    def on_list_recordings_for_uri(self, correlation_id: int, from_recording_id: int, record_count: int,
-                                   stream_id: int, channel: str) -> None:
+    def on_list_recordings_for_uri(
+        self, correlation_id: int, from_recording_id: int, record_count: int, stream_id: int, channel: str
+    ) -> None:
         if self._activate("ListRecordingsForUriRequest"):
             with self._answering_errors(correlation_id):
-                self._conductor.list_recordings_for_uri(self, correlation_id, from_recording_id, record_count,
-                                                        stream_id, channel)
+                self._conductor.list_recordings_for_uri(
+                    self, correlation_id, from_recording_id, record_count, stream_id, channel
+                )
 
     def on_list_recording(self, correlation_id: int, recording_id: int) -> None:
         if self._activate("ListRecordingRequest"):
             with self._answering_errors(correlation_id):
                 self._conductor.list_recording(self, correlation_id, recording_id)
 
-    def on_list_recording_subscriptions(self, correlation_id: int, pseudo_index: int, subscription_count: int,
-                                        apply_stream_id: bool, stream_id: int, channel: str) -> None:
+    def on_list_recording_subscriptions(
+        self,
+        correlation_id: int,
+        pseudo_index: int,
+        subscription_count: int,
+        apply_stream_id: bool,
+        stream_id: int,
+        channel: str,
+    ) -> None:
         if self._activate("ListRecordingSubscriptionsRequest"):
             with self._answering_errors(correlation_id):
-                self._conductor.list_recording_subscriptions(self, correlation_id, pseudo_index,
-                                                             subscription_count, apply_stream_id, stream_id,
-                                                             channel)
+                self._conductor.list_recording_subscriptions(
+                    self, correlation_id, pseudo_index, subscription_count, apply_stream_id, stream_id, channel
+                )
 
     def on_get_recording_position(self, correlation_id: int, recording_id: int) -> None:
         if self._activate("RecordingPositionRequest"):
@@ -434,12 +545,14 @@ class ControlSession:
             with self._answering_errors(correlation_id):
                 self._conductor.get_max_recorded_position(self, correlation_id, recording_id)
 
-    def on_find_last_matching_recording(self, correlation_id: int, min_recording_id: int, session_id: int,
-                                        stream_id: int, channel: str) -> None:
+    def on_find_last_matching_recording(
+        self, correlation_id: int, min_recording_id: int, session_id: int, stream_id: int, channel: str
+    ) -> None:
         if self._activate("FindLastMatchingRecordingRequest"):
             with self._answering_errors(correlation_id):
-                self._conductor.find_last_matching_recording(self, correlation_id, min_recording_id, session_id,
-                                                             stream_id, channel)
+                self._conductor.find_last_matching_recording(
+                    self, correlation_id, min_recording_id, session_id, stream_id, channel
+                )
 
     def on_truncate_recording(self, correlation_id: int, recording_id: int, position: int) -> None:
         if self._activate("TruncateRecordingRequest"):

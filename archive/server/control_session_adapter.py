@@ -34,9 +34,17 @@ RequestHandler = Callable[[ControlSession, DecodedRequest], None]
 class ControlSessionHost(Protocol):
     """What the adapter needs from the conductor: create a session, find one, and count protocol errors."""
 
-    def new_control_session(self, *, correlation_id: int, response_stream_id: int, version: int,
-                            response_channel: str, credentials: bytes, client_info: str,
-                            image_session_id: int) -> None: ...
+    def new_control_session(
+        self,
+        *,
+        correlation_id: int,
+        response_stream_id: int,
+        version: int,
+        response_channel: str,
+        credentials: bytes,
+        client_info: str,
+        image_session_id: int,
+    ) -> None: ...
 
     def control_session(self, control_session_id: int) -> ControlSession | None: ...
 
@@ -88,7 +96,8 @@ class ControlSessionAdapter:
             msg = self._codec.decode(data)
         except CodecError as ex:
             self._host.on_protocol_error(
-                f"malformed control request ({len(data)} bytes) from session {header.session_id}: {ex}")
+                f"malformed control request ({len(data)} bytes) from session {header.session_id}: {ex}"
+            )
             return
         try:
             self.dispatch(msg, header.session_id)
@@ -100,16 +109,25 @@ class ControlSessionAdapter:
         template_id = msg.template_id
         if template_id == t.AUTH_CONNECT_REQUEST:
             self._host.new_control_session(
-                correlation_id=msg.correlation_id, response_stream_id=msg.response_stream_id,
-                version=msg.version, response_channel=msg.response_channel,
-                credentials=bytes(msg.encoded_credentials or b""), client_info=msg.client_info or "",
-                image_session_id=image_session_id)
+                correlation_id=msg.correlation_id,
+                response_stream_id=msg.response_stream_id,
+                version=msg.version,
+                response_channel=msg.response_channel,
+                credentials=bytes(msg.encoded_credentials or b""),
+                client_info=msg.client_info or "",
+                image_session_id=image_session_id,
+            )
             return
         if template_id == t.CONNECT_REQUEST:  # Aeron <= 1.52 clients may still send the unauthenticated form
             self._host.new_control_session(
-                correlation_id=msg.correlation_id, response_stream_id=msg.response_stream_id,
-                version=msg.version, response_channel=msg.response_channel, credentials=b"", client_info="",
-                image_session_id=image_session_id)
+                correlation_id=msg.correlation_id,
+                response_stream_id=msg.response_stream_id,
+                version=msg.version,
+                response_channel=msg.response_channel,
+                credentials=b"",
+                client_info="",
+                image_session_id=image_session_id,
+            )
             return
         control_session_id = getattr(msg, "control_session_id", None)
         if control_session_id is None:
@@ -120,8 +138,12 @@ class ControlSessionAdapter:
             log.warning("%s for unknown controlSessionId=%d dropped", msg.name, control_session_id)
             return
         if image_session_id != session.image_session_id:
-            log.warning("control session %d: request from image session %d dropped (connected on %d)",
-                        control_session_id, image_session_id, session.image_session_id)
+            log.warning(
+                "control session %d: request from image session %d dropped (connected on %d)",
+                control_session_id,
+                image_session_id,
+                session.image_session_id,
+            )
             return
         handler = self._handlers.get(template_id)
         if handler is None:
@@ -164,24 +186,38 @@ class ControlSessionAdapter:
 
     @staticmethod
     def _extend_recording(session: ControlSession, m: DecodedRequest) -> None:
-        session.on_extend_recording(m.correlation_id, m.recording_id, m.stream_id, m.source_location, False,
-                                    m.channel)
+        session.on_extend_recording(m.correlation_id, m.recording_id, m.stream_id, m.source_location, False, m.channel)
 
     @staticmethod
     def _extend_recording2(session: ControlSession, m: DecodedRequest) -> None:
-        session.on_extend_recording(m.correlation_id, m.recording_id, m.stream_id, m.source_location,
-                                    m.auto_stop == 1, m.channel)
+        session.on_extend_recording(
+            m.correlation_id, m.recording_id, m.stream_id, m.source_location, m.auto_stop == 1, m.channel
+        )
 
     @staticmethod
     def _replay(session: ControlSession, m: DecodedRequest) -> None:
-        session.on_start_replay(m.correlation_id, m.recording_id, m.position, m.length, m.replay_stream_id,
-                                m.replay_channel, m.file_io_max_length)
+        session.on_start_replay(
+            m.correlation_id,
+            m.recording_id,
+            m.position,
+            m.length,
+            m.replay_stream_id,
+            m.replay_channel,
+            m.file_io_max_length,
+        )
 
     @staticmethod
     def _bounded_replay(session: ControlSession, m: DecodedRequest) -> None:
-        session.on_start_bounded_replay(m.correlation_id, m.recording_id, m.position, m.length,
-                                        m.limit_counter_id, m.replay_stream_id, m.replay_channel,
-                                        m.file_io_max_length)
+        session.on_start_bounded_replay(
+            m.correlation_id,
+            m.recording_id,
+            m.position,
+            m.length,
+            m.limit_counter_id,
+            m.replay_stream_id,
+            m.replay_channel,
+            m.file_io_max_length,
+        )
 
     @staticmethod
     def _stop_replay(session: ControlSession, m: DecodedRequest) -> None:
@@ -197,8 +233,9 @@ class ControlSessionAdapter:
 
     @staticmethod
     def _list_recordings_for_uri(session: ControlSession, m: DecodedRequest) -> None:
-        session.on_list_recordings_for_uri(m.correlation_id, m.from_recording_id, m.record_count, m.stream_id,
-                                           m.channel)
+        session.on_list_recordings_for_uri(
+            m.correlation_id, m.from_recording_id, m.record_count, m.stream_id, m.channel
+        )
 
     @staticmethod
     def _list_recording(session: ControlSession, m: DecodedRequest) -> None:
@@ -206,8 +243,9 @@ class ControlSessionAdapter:
 
     @staticmethod
     def _list_recording_subscriptions(session: ControlSession, m: DecodedRequest) -> None:
-        session.on_list_recording_subscriptions(m.correlation_id, m.pseudo_index, m.subscription_count,
-                                                m.apply_stream_id == 1, m.stream_id, m.channel)
+        session.on_list_recording_subscriptions(
+            m.correlation_id, m.pseudo_index, m.subscription_count, m.apply_stream_id == 1, m.stream_id, m.channel
+        )
 
     @staticmethod
     def _recording_position(session: ControlSession, m: DecodedRequest) -> None:
@@ -227,8 +265,9 @@ class ControlSessionAdapter:
 
     @staticmethod
     def _find_last_matching_recording(session: ControlSession, m: DecodedRequest) -> None:
-        session.on_find_last_matching_recording(m.correlation_id, m.min_recording_id, m.session_id, m.stream_id,
-                                                m.channel)
+        session.on_find_last_matching_recording(
+            m.correlation_id, m.min_recording_id, m.session_id, m.stream_id, m.channel
+        )
 
     @staticmethod
     def _truncate_recording(session: ControlSession, m: DecodedRequest) -> None:

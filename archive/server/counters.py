@@ -27,44 +27,60 @@ class ArchiveCounters:
         suffix = f" - archiveId={archive_id}"
         self._lock = threading.Lock()
         add = aeron.add_counter
-        self.errors = add(c.ARCHIVE_ERROR_COUNT_TYPE_ID, key,
-                          f"Archive Errors - archiveId={archive_id} version={VERSION_TEXT} commit=python")
+        self.errors = add(
+            c.ARCHIVE_ERROR_COUNT_TYPE_ID,
+            key,
+            f"Archive Errors - archiveId={archive_id} version={VERSION_TEXT} commit=python",
+        )
         self.control_sessions = add(c.ARCHIVE_CONTROL_SESSIONS_TYPE_ID, key, "Archive Control Sessions" + suffix)
-        self.recorder_max_write_time = add(c.ARCHIVE_RECORDER_MAX_WRITE_TIME_TYPE_ID, key,
-                                           "archive-recorder max write time in ns" + suffix)
-        self.recorder_total_write_bytes = add(c.ARCHIVE_RECORDER_TOTAL_WRITE_BYTES_TYPE_ID, key,
-                                              "archive-recorder total write bytes" + suffix)
-        self.recorder_total_write_time = add(c.ARCHIVE_RECORDER_TOTAL_WRITE_TIME_TYPE_ID, key,
-                                             "archive-recorder total write time in ns" + suffix)
-        self.replayer_max_read_time = add(c.ARCHIVE_REPLAYER_MAX_READ_TIME_TYPE_ID, key,
-                                          "archive-replayer max read time in ns" + suffix)
-        self.replayer_total_read_bytes = add(c.ARCHIVE_REPLAYER_TOTAL_READ_BYTES_TYPE_ID, key,
-                                             "archive-replayer total read bytes" + suffix)
-        self.replayer_total_read_time = add(c.ARCHIVE_REPLAYER_TOTAL_READ_TIME_TYPE_ID, key,
-                                            "archive-replayer total read time in ns" + suffix)
-        self.recording_sessions = add(c.ARCHIVE_RECORDING_SESSION_COUNT_TYPE_ID, key,
-                                      "Archive Recording Sessions" + suffix)
+        self.recorder_max_write_time = add(
+            c.ARCHIVE_RECORDER_MAX_WRITE_TIME_TYPE_ID, key, "archive-recorder max write time in ns" + suffix
+        )
+        self.recorder_total_write_bytes = add(
+            c.ARCHIVE_RECORDER_TOTAL_WRITE_BYTES_TYPE_ID, key, "archive-recorder total write bytes" + suffix
+        )
+        self.recorder_total_write_time = add(
+            c.ARCHIVE_RECORDER_TOTAL_WRITE_TIME_TYPE_ID, key, "archive-recorder total write time in ns" + suffix
+        )
+        self.replayer_max_read_time = add(
+            c.ARCHIVE_REPLAYER_MAX_READ_TIME_TYPE_ID, key, "archive-replayer max read time in ns" + suffix
+        )
+        self.replayer_total_read_bytes = add(
+            c.ARCHIVE_REPLAYER_TOTAL_READ_BYTES_TYPE_ID, key, "archive-replayer total read bytes" + suffix
+        )
+        self.replayer_total_read_time = add(
+            c.ARCHIVE_REPLAYER_TOTAL_READ_TIME_TYPE_ID, key, "archive-replayer total read time in ns" + suffix
+        )
+        self.recording_sessions = add(
+            c.ARCHIVE_RECORDING_SESSION_COUNT_TYPE_ID, key, "Archive Recording Sessions" + suffix
+        )
         self.replay_sessions = add(c.ARCHIVE_REPLAY_SESSION_COUNT_TYPE_ID, key, "Archive Replay Sessions" + suffix)
         self.max_cycle_time = {
-            name: add(c.ARCHIVE_MAX_CYCLE_TIME_TYPE_ID, key,
-                      f"archive-{name} max cycle time in ns: {mode}" + suffix)
+            name: add(c.ARCHIVE_MAX_CYCLE_TIME_TYPE_ID, key, f"archive-{name} max cycle time in ns: {mode}" + suffix)
             for name in ("conductor", "recorder", "replayer")
         }
         self._aeron = aeron
         self._archive_id = archive_id
         self._all: list[Counter] = [
-            self.errors, self.control_sessions, self.recorder_max_write_time, self.recorder_total_write_bytes,
-            self.recorder_total_write_time, self.replayer_max_read_time, self.replayer_total_read_bytes,
-            self.replayer_total_read_time, self.recording_sessions, self.replay_sessions,
+            self.errors,
+            self.control_sessions,
+            self.recorder_max_write_time,
+            self.recorder_total_write_bytes,
+            self.recorder_total_write_time,
+            self.replayer_max_read_time,
+            self.replayer_total_read_bytes,
+            self.replayer_total_read_time,
+            self.recording_sessions,
+            self.replay_sessions,
             *self.max_cycle_time.values(),
         ]
 
-    def add_control_session_counter(self, control_session_id: int, client_info: str,
-                                    image_session_id: int) -> Counter:
+    def add_control_session_counter(self, control_session_id: int, client_info: str, image_session_id: int) -> Counter:
         """One counter per connected client (Aeron 1.49+): key archiveId, controlSessionId; value the id."""
         key = struct.pack("<qq", self._archive_id, control_session_id)
-        label = (f"control-session: {client_info or 'client'} sessionId={image_session_id} "
-                 f"- archiveId={self._archive_id}")[:380]
+        label = (
+            f"control-session: {client_info or 'client'} sessionId={image_session_id} - archiveId={self._archive_id}"
+        )[:380]
         counter = self._aeron.add_counter(c.ARCHIVE_CONTROL_SESSION_TYPE_ID, key, label)
         counter.set(control_session_id)
         return counter

@@ -22,8 +22,14 @@ class DeleteSegmentsState(Enum):
 
 
 class DeleteSegmentsSession:
-    def __init__(self, archive_dir: str, recording_id: int, file_names: list[str],
-                 replays_active: Callable[[], bool], on_done: Callable[[DeleteSegmentsSession], None]) -> None:
+    def __init__(
+        self,
+        archive_dir: str,
+        recording_id: int,
+        file_names: list[str],
+        replays_active: Callable[[], bool],
+        on_done: Callable[[DeleteSegmentsSession], None],
+    ) -> None:
         self.recording_id = recording_id
         self._archive_dir = archive_dir
         self._files = list(file_names)

@@ -27,17 +27,28 @@ class SubscriptionDescriptor:
 
 
 class ListRecordingSubscriptionsSession:
-    def __init__(self, control_session: ControlResponder, correlation_id: int, pseudo_index: int, count: int,
-                 apply_stream_id: bool, stream_id: int, channel: str,
-                 subscriptions: Iterable[SubscriptionDescriptor]) -> None:
+    def __init__(
+        self,
+        control_session: ControlResponder,
+        correlation_id: int,
+        pseudo_index: int,
+        count: int,
+        apply_stream_id: bool,
+        stream_id: int,
+        channel: str,
+        subscriptions: Iterable[SubscriptionDescriptor],
+    ) -> None:
         self._control_session = control_session
         self.owner_id = control_session.control_session_id
         self._correlation_id = correlation_id
         self._count = count
         self._first_index = max(pseudo_index, 0)
-        matching = [s for s in subscriptions
-                    if (not apply_stream_id or s.stream_id == stream_id) and channel in s.stripped_channel]
-        self._to_send = matching[self._first_index:]
+        matching = [
+            s
+            for s in subscriptions
+            if (not apply_stream_id or s.stream_id == stream_id) and channel in s.stripped_channel
+        ]
+        self._to_send = matching[self._first_index :]
         self._sent = 0
         self._done = False
 
@@ -65,14 +76,16 @@ class ListRecordingSubscriptionsSession:
         work = 0
         while self._sent < self._count and self._sent < len(self._to_send):
             d = self._to_send[self._sent]
-            if not self._control_session.send_subscription_descriptor(self._correlation_id, d.subscription_id,
-                                                                       d.stream_id, d.stripped_channel):
+            if not self._control_session.send_subscription_descriptor(
+                self._correlation_id, d.subscription_id, d.stream_id, d.stripped_channel
+            ):
                 return work  # back-pressured: offer the same descriptor next cycle
             self._sent += 1
             work += 1
         if self._sent < self._count:
-            self._control_session.send_response_code(self._correlation_id, self._first_index + self._sent,
-                                                     ControlResponseCode.SUBSCRIPTION_UNKNOWN)
+            self._control_session.send_response_code(
+                self._correlation_id, self._first_index + self._sent, ControlResponseCode.SUBSCRIPTION_UNKNOWN
+            )
             work += 1
         self._done = True
         return work

@@ -26,8 +26,15 @@ MAX_SCANS_PER_WORK_CYCLE = 64
 class ListRecordingsSession:
     """ListRecordings / ListRecordingsForUri: up to `count` matching descriptors from `from_id` upwards."""
 
-    def __init__(self, control_session: ControlResponder, catalog: Catalog, correlation_id: int, from_id: int,
-                 count: int, matches: Callable[[RecordingDescriptor], bool] | None = None) -> None:
+    def __init__(
+        self,
+        control_session: ControlResponder,
+        catalog: Catalog,
+        correlation_id: int,
+        from_id: int,
+        count: int,
+        matches: Callable[[RecordingDescriptor], bool] | None = None,
+    ) -> None:
         self._control_session = control_session
         self.owner_id = control_session.control_session_id
         self._catalog = catalog
@@ -62,8 +69,9 @@ class ListRecordingsSession:
             recording_id = self._pending_id if self._pending_id is not None else next(self._ids, None)
             if recording_id is None:
                 next_id = max(self._cursor, self._catalog.next_recording_id)  # the next id Aeron would probe
-                self._control_session.send_response_code(self._correlation_id, next_id,
-                                                         ControlResponseCode.RECORDING_UNKNOWN)
+                self._control_session.send_response_code(
+                    self._correlation_id, next_id, ControlResponseCode.RECORDING_UNKNOWN
+                )
                 self._done = True
                 return work + 1
             self._pending_id = recording_id
@@ -74,8 +82,9 @@ class ListRecordingsSession:
                     self._pending_id = None
                     self._cursor = recording_id + 1
                     continue
-            if not self._control_session.send_descriptor(self._correlation_id,
-                                                         self._catalog.descriptor_wire_bytes(recording_id)):
+            if not self._control_session.send_descriptor(
+                self._correlation_id, self._catalog.descriptor_wire_bytes(recording_id)
+            ):
                 return work  # back-pressured: retry this id next cycle
             self._pending_id = None
             self._cursor = recording_id + 1
@@ -88,6 +97,8 @@ class ListRecordingsSession:
 
 def uri_filter(channel_fragment: str, stream_id: int) -> Callable[[RecordingDescriptor], bool]:
     """Aeron matches the *original* channel as a byte substring, and the stream id exactly."""
+
     def matches(d: RecordingDescriptor) -> bool:
         return d.stream_id == stream_id and channel_fragment in d.original_channel
+
     return matches

@@ -32,11 +32,26 @@ class RecordingSessionState(Enum):
 
 
 class RecordingSession:
-    def __init__(self, *, correlation_id: int, recording_id: int, start_position: int, join_position: int,
-                 stream_id: int, original_channel: str, image: Image, position: Counter, writer: RecordingWriter,
-                 block_length_limit: int, events: RecordingEventsProxy | None, totals: WorkerTotals,
-                 subscription_id: int, control_session_id: int, auto_stop: bool,
-                 nano_clock: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        *,
+        correlation_id: int,
+        recording_id: int,
+        start_position: int,
+        join_position: int,
+        stream_id: int,
+        original_channel: str,
+        image: Image,
+        position: Counter,
+        writer: RecordingWriter,
+        block_length_limit: int,
+        events: RecordingEventsProxy | None,
+        totals: WorkerTotals,
+        subscription_id: int,
+        control_session_id: int,
+        auto_stop: bool,
+        nano_clock: Callable[[], int],
+    ) -> None:
         self.correlation_id = correlation_id
         self.recording_id = recording_id
         self.start_position = start_position
@@ -94,13 +109,20 @@ class RecordingSession:
             self._stop()
             return 1
         except OSError as ex:
-            self.error = ArchiveError(f"recording {self.recording_id}: cannot open segment file: {ex}",
-                                      ErrorCode.GENERIC)
+            self.error = ArchiveError(
+                f"recording {self.recording_id}: cannot open segment file: {ex}", ErrorCode.GENERIC
+            )
             self._stop()
             return 1
         if self._events is not None:
-            self._events.started(self.recording_id, self.join_position, self.image.session_id, self.stream_id,
-                                 self.original_channel, self.image.source_identity)
+            self._events.started(
+                self.recording_id,
+                self.join_position,
+                self.image.session_id,
+                self.stream_id,
+                self.original_channel,
+                self.image.source_identity,
+            )
         self._set_state(RecordingSessionState.RECORDING)
         return 1
 
@@ -116,8 +138,9 @@ class RecordingSession:
             self._set_state(RecordingSessionState.INACTIVE)
             return 1
         except Exception as ex:  # any failure ends the recording, reported to its client
-            self.error = ArchiveError(f"recording {self.recording_id} failed at position "
-                                      f"{self._writer.position}: {ex}", ErrorCode.GENERIC)
+            self.error = ArchiveError(
+                f"recording {self.recording_id} failed at position {self._writer.position}: {ex}", ErrorCode.GENERIC
+            )
             self._set_state(RecordingSessionState.INACTIVE)
             return 1
         if consumed > 0:
@@ -129,8 +152,11 @@ class RecordingSession:
             totals.total_bytes += consumed
             totals.total_time_ns += elapsed
             totals.max_time_ns = max(totals.max_time_ns, elapsed)
-            if (self._events is not None and position > self._progress_position
-                    and self._events.progress(self.recording_id, self.join_position, position)):
+            if (
+                self._events is not None
+                and position > self._progress_position
+                and self._events.progress(self.recording_id, self.join_position, position)
+            ):
                 self._progress_position = position
             return consumed
         if self.image.is_end_of_stream or self.image.is_closed:

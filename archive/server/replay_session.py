@@ -49,8 +49,10 @@ class LimitCounter:
         self.last_value = reader.get(counter_id)
 
     def is_closed(self) -> bool:
-        return (self._reader.state(self.counter_id) != RECORD_ALLOCATED
-                or self._reader.registration_id(self.counter_id) != self.registration_id)
+        return (
+            self._reader.state(self.counter_id) != RECORD_ALLOCATED
+            or self._reader.registration_id(self.counter_id) != self.registration_id
+        )
 
     def value(self) -> int:
         self.last_value = self._reader.get(self.counter_id)
@@ -61,12 +63,31 @@ class LimitCounter:
 
 
 class ReplaySession:
-    def __init__(self, *, replay_session_id: int, correlation_id: int, control_session_id: int, recording_id: int,
-                 replay_position: int, replay_length: int, start_position: int, stop_position: int,
-                 limit_counter: LimitCounter | None, publication: ExclusivePublication, reader: RecordingReader,
-                 buffer: bytearray, term_length: int, stream_id: int, checksum: Checksum | None,
-                 connect_timeout_ns: int, totals: WorkerTotals, now_ns: int, nano_clock: Callable[[], int],
-                 send_ok: Callable[[int, int], None], send_error: Callable[[int, int, str], None]) -> None:
+    def __init__(
+        self,
+        *,
+        replay_session_id: int,
+        correlation_id: int,
+        control_session_id: int,
+        recording_id: int,
+        replay_position: int,
+        replay_length: int,
+        start_position: int,
+        stop_position: int,
+        limit_counter: LimitCounter | None,
+        publication: ExclusivePublication,
+        reader: RecordingReader,
+        buffer: bytearray,
+        term_length: int,
+        stream_id: int,
+        checksum: Checksum | None,
+        connect_timeout_ns: int,
+        totals: WorkerTotals,
+        now_ns: int,
+        nano_clock: Callable[[], int],
+        send_ok: Callable[[int, int], None],
+        send_error: Callable[[int, int, str], None],
+    ) -> None:
         """`now_ns` is the conductor's time at the request; the replay must connect within `connect_timeout_ns`.
 
         `send_ok(correlation_id, replay_session_id)` and `send_error(correlation_id, error_code, message)` answer
@@ -114,8 +135,9 @@ class ReplaySession:
         self._abort_reason = reason or "replay aborted"
 
     def _set_state(self, state: ReplaySessionState) -> None:
-        log.debug("replay %d (recording %d): %s -> %s", self.replay_session_id, self.recording_id,
-                  self.state.name, state.name)
+        log.debug(
+            "replay %d (recording %d): %s -> %s", self.replay_session_id, self.recording_id, self.state.name, state.name
+        )
         self.state = state
 
     def _fail(self, message: str, code: int = ErrorCode.GENERIC) -> int:
@@ -149,8 +171,10 @@ class ReplaySession:
         if not self._ok_sent:
             if not self._reader.segment_exists(self.replay_position):
                 if now > self._deadline_ns:
-                    return self._fail(f"recording segment file not created for recordingId={self.recording_id} "
-                                      f"position={self.replay_position}")
+                    return self._fail(
+                        f"recording segment file not created for recordingId={self.recording_id} "
+                        f"position={self.replay_position}"
+                    )
                 return 0
             if self.replay_position > self.start_position and self.replay_position != self.stop_position:
                 self._reader.validate_frame_at(self.replay_position)
@@ -205,7 +229,7 @@ class ReplaySession:
             self._prepare_batch()
         work = 0
         if self._batch_length > 0:
-            result = pub.offer_block(self._view[:self._batch_length])
+            result = pub.offer_block(self._view[: self._batch_length])
             if result < 0:
                 return self._on_offer_failure(result)
             self.replay_position += self._batch_length
@@ -243,8 +267,10 @@ class ReplaySession:
         totals.max_time_ns = max(totals.max_time_ns, elapsed)
         scan = frames.scan_frames(self._view, 0, read)
         if scan.count == 0 and scan.pad_offset < 0:
-            raise ArchiveError(f"unexpected end of recording at position={position} of recordingId="
-                               f"{self.recording_id}", ErrorCode.GENERIC)
+            raise ArchiveError(
+                f"unexpected end of recording at position={position} of recordingId={self.recording_id}",
+                ErrorCode.GENERIC,
+            )
         cap = min(self.replay_limit - position, frames.TERM_MAX_LENGTH)
         count = scan.count_starting_before(cap)
         batch_length = scan.end_of(count)
@@ -252,14 +278,18 @@ class ReplaySession:
             frames_checked = scan.head(count)
             bad = self._checksum_mismatch(frames_checked)
             if bad >= 0:
-                raise ArchiveError(f"CRC checksum mismatch at position={position + bad} of recordingId="
-                                   f"{self.recording_id}", ErrorCode.GENERIC)
+                raise ArchiveError(
+                    f"CRC checksum mismatch at position={position + bad} of recordingId={self.recording_id}",
+                    ErrorCode.GENERIC,
+                )
         if count > 0:
-            frames.rewrite_session_and_stream(self._view, scan.head(count).offsets, self.publication.session_id,
-                                              self.publication.stream_id)
+            frames.rewrite_session_and_stream(
+                self._view, scan.head(count).offsets, self.publication.session_id, self.publication.stream_id
+            )
         self._batch_length = batch_length
-        self._pad_length = scan.pad_length if (count == scan.count and scan.pad_offset == batch_length
-                                               and batch_length < cap) else 0
+        self._pad_length = (
+            scan.pad_length if (count == scan.count and scan.pad_offset == batch_length and batch_length < cap) else 0
+        )
         self._batch_position = position
 
     def _checksum_mismatch(self, scan: frames.FrameScan) -> int:

@@ -256,8 +256,11 @@ def is_valid_last_frame(frame: bytes | bytearray | memoryview, frame_offset: int
     frame_type = frame_type_at(frame, 0)
     if frame_type == HDR_TYPE_PAD and frame_length_at(frame, 0) > 0:
         return True
-    if (checksum is not None and frame_type == HDR_TYPE_DATA
-            and checksum.compute(frame, HEADER_LENGTH, length - HEADER_LENGTH) == frame_session_id_at(frame, 0)):
+    if (
+        checksum is not None
+        and frame_type == HDR_TYPE_DATA
+        and checksum.compute(frame, HEADER_LENGTH, length - HEADER_LENGTH) == frame_session_id_at(frame, 0)
+    ):
         return True
     page = (frame_offset // PAGE_SIZE + 1) * PAGE_SIZE - frame_offset
     while page < length:

@@ -105,8 +105,11 @@ class DiskChunkSource:
                     # A frame runs past this chunk: yield the whole frames; the next chunk starts at that frame.
                     yield view[: scan.stop_offset], position, scan
                     position += scan.stop_offset
-                elif (scan.stop_reason is ScanStop.INCOMPLETE and n >= HEADER_LENGTH
-                      and frame_type_at(view, 0) == HDR_TYPE_PAD):
+                elif (
+                    scan.stop_reason is ScanStop.INCOMPLETE
+                    and n >= HEADER_LENGTH
+                    and frame_type_at(view, 0) == HDR_TYPE_PAD
+                ):
                     # A PAD frame running to the term end past the limit: its header is all there is to give.
                     yield view[:HEADER_LENGTH], position, scan
                     position += align(scan.stop_frame_length, FRAME_ALIGNMENT)
@@ -167,7 +170,7 @@ class _Segment:
             if _SEQUENTIAL is not None:
                 self._map.madvise(_SEQUENTIAL)
         start = offset - self._map_start
-        return memoryview(self._map)[start: start + length]
+        return memoryview(self._map)[start : start + length]
 
     def close(self) -> None:
         fd, self._fd = self._fd, -1

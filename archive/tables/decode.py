@@ -105,7 +105,10 @@ class RangeDecoder:
     """Turns one partition's chunks into record batches of exactly `schema`."""
 
     def __init__(
-        self, partition: ReadRange, schema: pa.Schema, payload: PayloadDecoder | None = None,
+        self,
+        partition: ReadRange,
+        schema: pa.Schema,
+        payload: PayloadDecoder | None = None,
         min_batch_bytes: int = MIN_BATCH_BYTES,
     ) -> None:
         self._p = partition
@@ -128,8 +131,9 @@ class RangeDecoder:
 
     # ------------------------------------------------------------------------------------------------------------
 
-    def batches(self, chunks: Iterable[tuple[memoryview, int] | tuple[memoryview, int, FrameScan]]
-                ) -> Iterator[pa.RecordBatch]:
+    def batches(
+        self, chunks: Iterable[tuple[memoryview, int] | tuple[memoryview, int, FrameScan]]
+    ) -> Iterator[pa.RecordBatch]:
         """Batches from `(chunk, position)` items, or `(chunk, position, scan)` when the source walked them."""
         held: list[pa.RecordBatch] = []
         held_bytes = 0
@@ -206,8 +210,11 @@ class RangeDecoder:
         chunk_end = position + scan.stop_offset
         if scan.stop_offset >= size or scan.stop_reason is ScanStop.END:
             pass  # whole frames up to the end of the chunk (a given scan may have looked past it)
-        elif (scan.stop_reason is ScanStop.INCOMPLETE and size - scan.stop_offset >= HEADER_LENGTH
-              and frame_type_at(chunk, scan.stop_offset) == HDR_TYPE_PAD):
+        elif (
+            scan.stop_reason is ScanStop.INCOMPLETE
+            and size - scan.stop_offset >= HEADER_LENGTH
+            and frame_type_at(chunk, scan.stop_offset) == HDR_TYPE_PAD
+        ):
             chunk_end += align(scan.stop_frame_length, FRAME_ALIGNMENT)  # a PAD frame cut after its header
         else:
             raise self._error(f"no complete frame at position {position + scan.stop_offset}")
@@ -241,8 +248,9 @@ class RangeDecoder:
                 self._seen_begin = True
             batch = self._build(chunk, positions[:cut], offsets[:cut], lengths[:cut], reserved[:cut], None)
         else:
-            batch = self._build_mixed(chunk, positions[:cut], offsets[:cut], lengths[:cut], flags[:cut],
-                                      reserved[:cut], whole)
+            batch = self._build_mixed(
+                chunk, positions[:cut], offsets[:cut], lengths[:cut], flags[:cut], reserved[:cut], whole
+            )
         if not self._done and self._pending is None and chunk_end >= self._p.end:
             self._done = True
         return batch
@@ -253,8 +261,14 @@ class RangeDecoder:
         return term_offset != 0 and position == self._next_position - term_offset + self._term_length
 
     def _build_mixed(
-        self, chunk: memoryview, positions: np.ndarray, offsets: np.ndarray, lengths: np.ndarray,
-        flags: np.ndarray, reserved: np.ndarray, whole: np.ndarray,
+        self,
+        chunk: memoryview,
+        positions: np.ndarray,
+        offsets: np.ndarray,
+        lengths: np.ndarray,
+        flags: np.ndarray,
+        reserved: np.ndarray,
+        whole: np.ndarray,
     ) -> pa.RecordBatch | None:
         unfragmented = np.flatnonzero(whole)
         first_whole = int(unfragmented[0]) if unfragmented.size else len(whole)
@@ -265,7 +279,7 @@ class RangeDecoder:
         for i in np.flatnonzero(~whole).tolist():
             frame_flags = int(flags[i])
             offset = int(offsets[i])
-            payload = bytes(chunk[offset + HEADER_LENGTH: offset + int(lengths[i])])
+            payload = bytes(chunk[offset + HEADER_LENGTH : offset + int(lengths[i])])
             if frame_flags & BEGIN_FRAG_FLAG:
                 if self._pending is not None:
                     raise self._error(
@@ -282,8 +296,7 @@ class RangeDecoder:
                     self.skipped_leading_fragments += 1
                     continue
                 raise self._error(
-                    f"the fragment at position {int(positions[i])} continues a message whose first fragment is "
-                    "missing"
+                    f"the fragment at position {int(positions[i])} continues a message whose first fragment is missing"
                 )
             self._pending.parts.append(payload)
             if frame_flags & END_FRAG_FLAG:
@@ -307,30 +320,44 @@ class RangeDecoder:
         if not completed:
             if not unfragmented.size:
                 return None
-            return self._build(chunk, positions[unfragmented], offsets[unfragmented], lengths[unfragmented],
-                               reserved[unfragmented], None)
+            return self._build(
+                chunk,
+                positions[unfragmented],
+                offsets[unfragmented],
+                lengths[unfragmented],
+                reserved[unfragmented],
+                None,
+            )
         frag_positions = np.array([c[0] for c in completed], dtype=np.int64)
         frag_reserved = np.array([c[1] for c in completed], dtype=np.int64)
         frag_values = pa.array([c[2] for c in completed], type=pa.binary())
         all_positions = np.concatenate([positions[unfragmented], frag_positions])
         all_reserved = np.concatenate([reserved[unfragmented], frag_reserved])
         chunk_u8 = np.frombuffer(chunk, dtype=np.uint8)
-        values = pa.concat_arrays([
-            binary_column(chunk_u8, offsets[unfragmented] + HEADER_LENGTH, lengths[unfragmented] - HEADER_LENGTH),
-            frag_values,
-        ])
+        values = pa.concat_arrays(
+            [
+                binary_column(chunk_u8, offsets[unfragmented] + HEADER_LENGTH, lengths[unfragmented] - HEADER_LENGTH),
+                frag_values,
+            ]
+        )
         order = np.argsort(all_positions, kind="stable")
         return self._build(chunk, all_positions[order], None, None, all_reserved[order], values.take(order))
 
     def _build(
-        self, chunk: memoryview, positions: np.ndarray, offsets: np.ndarray | None, lengths: np.ndarray | None,
-        reserved: np.ndarray, values: pa.Array | None,
+        self,
+        chunk: memoryview,
+        positions: np.ndarray,
+        offsets: np.ndarray | None,
+        lengths: np.ndarray | None,
+        reserved: np.ndarray,
+        values: pa.Array | None,
     ) -> pa.RecordBatch:
         n = int(positions.size)
         if values is None:
             assert offsets is not None and lengths is not None
-            values = binary_column(np.frombuffer(chunk, dtype=np.uint8), offsets + HEADER_LENGTH,
-                                   lengths.astype(np.int32) - HEADER_LENGTH)
+            values = binary_column(
+                np.frombuffer(chunk, dtype=np.uint8), offsets + HEADER_LENGTH, lengths.astype(np.int32) - HEADER_LENGTH
+            )
         positions = positions.astype(np.int64, copy=False)
         columns: list[pa.Array] = [
             pa.array(np.full(n, self._rid, dtype=np.int64)),
@@ -342,7 +369,7 @@ class RangeDecoder:
         ]
         if self._payload is not None:
             extra = self._payload.decode(values, positions, self._rid)
-            for field, array in zip(list(self._schema)[len(columns):], extra, strict=True):
+            for field, array in zip(list(self._schema)[len(columns) :], extra, strict=True):
                 columns.append(array if array.type == field.type else array.cast(field.type))
         return pa.RecordBatch.from_arrays(columns, schema=self._schema)
 
@@ -355,12 +382,22 @@ def _merge(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
 
 
 def decode_range(
-    partition: ReadRange, source: ChunkSource, schema: pa.Schema, payload: PayloadDecoder | None = None,
+    partition: ReadRange,
+    source: ChunkSource,
+    schema: pa.Schema,
+    payload: PayloadDecoder | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Record batches of the messages `partition` owns, read through `source`."""
     scanned = getattr(source, "iter_scanned_chunks", None)
     chunks = scanned(partition) if scanned is not None else source.iter_chunks(partition)
     decoder = RangeDecoder(partition, schema, payload)
     yield from decoder.batches(chunks)
-    log.debug("recording %d partition %d [%d, %d): %d rows, %d leading fragments skipped", partition.recording_id,
-              partition.index, partition.start, partition.end, decoder.rows, decoder.skipped_leading_fragments)
+    log.debug(
+        "recording %d partition %d [%d, %d): %d rows, %d leading fragments skipped",
+        partition.recording_id,
+        partition.index,
+        partition.start,
+        partition.end,
+        decoder.rows,
+        decoder.skipped_leading_fragments,
+    )

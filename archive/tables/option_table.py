@@ -25,6 +25,7 @@ from typing import Any
 # Keys Spark itself puts into the options (`load(path)` / `save(path)`); never reported as unknown.
 SPARK_KEYS = frozenset({"path"})
 
+
 class OptionError(ValueError):
     """An option is unknown, malformed, not accepted in this mode, or contradicts another option."""
 
@@ -226,8 +227,7 @@ class ParsedOptions:
         return name in self.given
 
 
-def parse_options(raw: Mapping[str, str] | Iterable[tuple[str, str]], mode: Mode, table: OptionTable
-                  ) -> ParsedOptions:
+def parse_options(raw: Mapping[str, str] | Iterable[tuple[str, str]], mode: Mode, table: OptionTable) -> ParsedOptions:
     """Parse every option for `mode` against `table`; raises OptionError on the first unknown/misplaced/malformed one.
 
     `table` should hold every option of the data source, not only those of `mode`, so that an option of another
@@ -245,8 +245,9 @@ def parse_options(raw: Mapping[str, str] | Iterable[tuple[str, str]], mode: Mode
             known = sorted(s.name for s in table if s.modes & mode)
             close = difflib.get_close_matches(lower, [name.lower() for name in known], n=1, cutoff=0.6)
             hint = f" (did you mean {table[close[0]].name}?)" if close else ""
-            raise OptionError(f"unknown option {key!r} for format(\"aeron-archive\"){hint}; known options: "
-                              + ", ".join(known))
+            raise OptionError(
+                f'unknown option {key!r} for format("aeron-archive"){hint}; known options: ' + ", ".join(known)
+            )
         if not spec.modes & mode:
             applies = _MODE_WORDS.get(spec.modes, "other modes")
             raise OptionError(f"option {spec.name} applies to {applies} only, not to {_MODE_WORDS.get(mode, mode)}")

@@ -50,6 +50,7 @@ MAX_BYTES_PER_PARTITION_DEFAULT = 64 * 1024 * 1024
 EARLIEST = -2
 LATEST = -1
 
+
 @dataclass(frozen=True, slots=True)
 class PositionSpec:
     """`earliest`, `latest`, or per-recording positions (`{"7": 4096, "8": -2}`; -2 earliest, -1 latest)."""
@@ -105,60 +106,162 @@ def _position_parser(allow_earliest: bool, missing: int) -> Callable[[str, str],
     return parse
 
 
-RECORDING_OPTIONS = OptionTable((
-    # where the data is
-    OptionSpec("archiveDir", parse_string, None, Mode.READ,
-               "archive directory to read segment files from directly (no server; Java-written directories too)"),
-    OptionSpec("aeronDir", parse_string, None, Mode.ANY,
-               "media driver directory of the running archive's host; also used with archiveDir to tail active "
-               "recordings through their rec-pos counters", "$AERON_DIR or Aeron's default"),
-    OptionSpec("controlChannel", parse_string, CONTROL_CHANNEL_DEFAULT, Mode.ANY,
-               "control request channel of the running archive"),
-    OptionSpec("controlStreamId", parse_int32, CONTROL_STREAM_ID_DEFAULT, Mode.ANY,
-               "control request stream id of the running archive"),
-    OptionSpec("controlResponseChannel", parse_string, CONTROL_RESPONSE_CHANNEL_DEFAULT, Mode.ANY,
-               "channel the archive answers on (port 0: any free port)"),
-    OptionSpec("controlResponseStreamId", parse_int32, CONTROL_RESPONSE_STREAM_ID_DEFAULT, Mode.ANY,
-               "stream id the archive answers on"),
-    OptionSpec("replayChannel", parse_string, REPLAY_CHANNEL_DEFAULT, Mode.READ,
-               "channel executors receive bounded replays on (port 0: any free port)"),
-    OptionSpec("replayStreamId", parse_int32, REPLAY_STREAM_ID_DEFAULT, Mode.READ,
-               "stream id executors receive bounded replays on"),
-    OptionSpec("messageTimeout", parse_duration_ms, 10_000, Mode.ANY,
-               "how long to wait for the archive to answer (connect, list, positions)", "10s"),
-    # which recordings
-    OptionSpec("recordingId", int_parser(0), None, Mode.ANY, "one recording id"),
-    OptionSpec("recordingIds", parse_id_list, None, Mode.READ, "comma-separated recording ids"),
-    OptionSpec("channel", parse_string, None, Mode.ANY,
-               "with streamId: every recording whose original channel contains this (new ones are picked up)"),
-    OptionSpec("streamId", parse_int32, None, Mode.ANY, "stream id of the recordings matched by channel"),
-    # what to read
-    OptionSpec("startingPosition", _position_parser(True, EARLIEST), PositionSpec("earliest"), Mode.READ,
-               'earliest, latest, or {"<recordingId>": position} (-2 earliest, -1 latest; others: earliest); '
-               "a restarted query resumes from its checkpoint instead", "earliest"),
-    OptionSpec("endingPosition", _position_parser(False, LATEST), PositionSpec("latest", missing=LATEST),
-               Mode.BATCH_READ,
-               'batch reads: latest (the end at planning time) or {"<recordingId>": position} (others: latest)',
-               "latest"),
-    OptionSpec("maxBytesPerTrigger", parse_bytes, None, Mode.STREAM_READ,
-               "upper bound of recorded bytes per micro-batch, shared fairly across recordings (cut at message "
-               "boundaries; at least one message per recording)"),
-    OptionSpec("minBytesPerTrigger", parse_bytes, None, Mode.STREAM_READ,
-               "skip triggers until this many new bytes are available or maxTriggerDelay has passed"),
-    OptionSpec("maxTriggerDelay", parse_duration_ms, 15 * 60_000, Mode.STREAM_READ,
-               "longest wait for minBytesPerTrigger before a batch runs anyway", "15m"),
-    OptionSpec("maxBytesPerPartition", parse_bytes, MAX_BYTES_PER_PARTITION_DEFAULT, Mode.READ,
-               "split a recording's range into Spark partitions of at most this many bytes (whole terms, at least "
-               "one)", "64m"),
-    OptionSpec("failOnDataLoss", parse_bool, True, Mode.READ,
-               "fail when a recording was truncated/purged past the checkpoint (false: warn and skip ahead)"),
-    # payload decoding
-    OptionSpec("sbeSchema", parse_string, None, Mode.ANY, "path of an SBE XML schema: decode payloads into columns"),
-    OptionSpec("sbeMessage", parse_string, None, Mode.ANY,
-               "SBE message name to decode (default: decided by each message's template id)"),
-    OptionSpec("sbe.onError", choice_parser("fail", "null"), "fail", Mode.READ,
-               "on an undecodable payload: fail naming recording and position, or null the decoded columns"),
-))
+RECORDING_OPTIONS = OptionTable(
+    (
+        # where the data is
+        OptionSpec(
+            "archiveDir",
+            parse_string,
+            None,
+            Mode.READ,
+            "archive directory to read segment files from directly (no server; Java-written directories too)",
+        ),
+        OptionSpec(
+            "aeronDir",
+            parse_string,
+            None,
+            Mode.ANY,
+            "media driver directory of the running archive's host; also used with archiveDir to tail active "
+            "recordings through their rec-pos counters",
+            "$AERON_DIR or Aeron's default",
+        ),
+        OptionSpec(
+            "controlChannel",
+            parse_string,
+            CONTROL_CHANNEL_DEFAULT,
+            Mode.ANY,
+            "control request channel of the running archive",
+        ),
+        OptionSpec(
+            "controlStreamId",
+            parse_int32,
+            CONTROL_STREAM_ID_DEFAULT,
+            Mode.ANY,
+            "control request stream id of the running archive",
+        ),
+        OptionSpec(
+            "controlResponseChannel",
+            parse_string,
+            CONTROL_RESPONSE_CHANNEL_DEFAULT,
+            Mode.ANY,
+            "channel the archive answers on (port 0: any free port)",
+        ),
+        OptionSpec(
+            "controlResponseStreamId",
+            parse_int32,
+            CONTROL_RESPONSE_STREAM_ID_DEFAULT,
+            Mode.ANY,
+            "stream id the archive answers on",
+        ),
+        OptionSpec(
+            "replayChannel",
+            parse_string,
+            REPLAY_CHANNEL_DEFAULT,
+            Mode.READ,
+            "channel executors receive bounded replays on (port 0: any free port)",
+        ),
+        OptionSpec(
+            "replayStreamId",
+            parse_int32,
+            REPLAY_STREAM_ID_DEFAULT,
+            Mode.READ,
+            "stream id executors receive bounded replays on",
+        ),
+        OptionSpec(
+            "messageTimeout",
+            parse_duration_ms,
+            10_000,
+            Mode.ANY,
+            "how long to wait for the archive to answer (connect, list, positions)",
+            "10s",
+        ),
+        # which recordings
+        OptionSpec("recordingId", int_parser(0), None, Mode.ANY, "one recording id"),
+        OptionSpec("recordingIds", parse_id_list, None, Mode.READ, "comma-separated recording ids"),
+        OptionSpec(
+            "channel",
+            parse_string,
+            None,
+            Mode.ANY,
+            "with streamId: every recording whose original channel contains this (new ones are picked up)",
+        ),
+        OptionSpec("streamId", parse_int32, None, Mode.ANY, "stream id of the recordings matched by channel"),
+        # what to read
+        OptionSpec(
+            "startingPosition",
+            _position_parser(True, EARLIEST),
+            PositionSpec("earliest"),
+            Mode.READ,
+            'earliest, latest, or {"<recordingId>": position} (-2 earliest, -1 latest; others: earliest); '
+            "a restarted query resumes from its checkpoint instead",
+            "earliest",
+        ),
+        OptionSpec(
+            "endingPosition",
+            _position_parser(False, LATEST),
+            PositionSpec("latest", missing=LATEST),
+            Mode.BATCH_READ,
+            'batch reads: latest (the end at planning time) or {"<recordingId>": position} (others: latest)',
+            "latest",
+        ),
+        OptionSpec(
+            "maxBytesPerTrigger",
+            parse_bytes,
+            None,
+            Mode.STREAM_READ,
+            "upper bound of recorded bytes per micro-batch, shared fairly across recordings (cut at message "
+            "boundaries; at least one message per recording)",
+        ),
+        OptionSpec(
+            "minBytesPerTrigger",
+            parse_bytes,
+            None,
+            Mode.STREAM_READ,
+            "skip triggers until this many new bytes are available or maxTriggerDelay has passed",
+        ),
+        OptionSpec(
+            "maxTriggerDelay",
+            parse_duration_ms,
+            15 * 60_000,
+            Mode.STREAM_READ,
+            "longest wait for minBytesPerTrigger before a batch runs anyway",
+            "15m",
+        ),
+        OptionSpec(
+            "maxBytesPerPartition",
+            parse_bytes,
+            MAX_BYTES_PER_PARTITION_DEFAULT,
+            Mode.READ,
+            "split a recording's range into Spark partitions of at most this many bytes (whole terms, at least one)",
+            "64m",
+        ),
+        OptionSpec(
+            "failOnDataLoss",
+            parse_bool,
+            True,
+            Mode.READ,
+            "fail when a recording was truncated/purged past the checkpoint (false: warn and skip ahead)",
+        ),
+        # payload decoding
+        OptionSpec(
+            "sbeSchema", parse_string, None, Mode.ANY, "path of an SBE XML schema: decode payloads into columns"
+        ),
+        OptionSpec(
+            "sbeMessage",
+            parse_string,
+            None,
+            Mode.ANY,
+            "SBE message name to decode (default: decided by each message's template id)",
+        ),
+        OptionSpec(
+            "sbe.onError",
+            choice_parser("fail", "null"),
+            "fail",
+            Mode.READ,
+            "on an undecodable payload: fail naming recording and position, or null the decoded columns",
+        ),
+    )
+)
 
 
 def connection_from_parsed(parsed: ParsedOptions) -> ConnectionOptions:
@@ -179,9 +282,14 @@ def connection_from_parsed(parsed: ParsedOptions) -> ConnectionOptions:
 # typed views
 
 
-_CONNECTION_OPTIONS = ("controlChannel", "controlStreamId", "controlResponseChannel", "controlResponseStreamId",
-                       "replayChannel", "replayStreamId")
-
+_CONNECTION_OPTIONS = (
+    "controlChannel",
+    "controlStreamId",
+    "controlResponseChannel",
+    "controlResponseStreamId",
+    "replayChannel",
+    "replayStreamId",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,8 +331,9 @@ class SourceOptions:
     streaming: bool
 
     @classmethod
-    def parse(cls, raw: Mapping[str, str], streaming: bool | None, table: OptionTable = RECORDING_OPTIONS
-              ) -> SourceOptions:
+    def parse(
+        cls, raw: Mapping[str, str], streaming: bool | None, table: OptionTable = RECORDING_OPTIONS
+    ) -> SourceOptions:
         """Parse for a batch read (False), a streaming read (True), or either (None: `schema()`).
 
         `table` is every option the caller knows (the Spark connector passes its table of reads and writes, so a
@@ -313,6 +422,5 @@ def _check_json_ids(name: str, spec: PositionSpec, selection: RecordingSelection
     extra = sorted(set(spec.positions) - set(selection.recording_ids))
     if extra:
         raise OptionError(
-            f"option {name} names recording {extra[0]}, which is not among the selected "
-            f"{selection.describe()}"
+            f"option {name} names recording {extra[0]}, which is not among the selected {selection.describe()}"
         )

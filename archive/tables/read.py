@@ -25,7 +25,6 @@ def open_chunk_source(read_range: ReadRange) -> ChunkSource:
     return ReplayChunkSource()
 
 
-def read_batches(read_range: ReadRange, schema: pa.Schema, decoder: PayloadDecoder | None
-                 ) -> Iterator[pa.RecordBatch]:
+def read_batches(read_range: ReadRange, schema: pa.Schema, decoder: PayloadDecoder | None) -> Iterator[pa.RecordBatch]:
     """Record batches (of exactly `schema`) of the messages that begin in `read_range`."""
     yield from decode_range(read_range, open_chunk_source(read_range), schema, decoder)

@@ -175,8 +175,9 @@ class RecordingSource(ABC):
         return limit if found is None or found > limit else found
 
 
-def _last_boundary(chunks: Iterator[tuple[memoryview, int]], begin: int, cut: int, begin_is_boundary: bool
-                   ) -> int | None:
+def _last_boundary(
+    chunks: Iterator[tuple[memoryview, int]], begin: int, cut: int, begin_is_boundary: bool
+) -> int | None:
     """The last position <= `cut` where no message is open, scanning frames from `begin`.
 
     A boundary is the end of a DATA frame with the END flag, or the end of padding while no message is open.
@@ -201,7 +202,7 @@ def _last_boundary(chunks: Iterator[tuple[memoryview, int]], begin: int, cut: in
                     if closing.size:
                         last = int(closing[-1])
                         boundary, open_ = int(ends[last]), False
-                        after = np.flatnonzero(data[last + 1:])
+                        after = np.flatnonzero(data[last + 1 :])
                         if after.size:
                             first = last + 1 + int(after[0])
                             boundary = int(ends[first - 1])  # past any padding before the next message
@@ -326,8 +327,9 @@ class DiskRecordingSource(RecordingSource):
         self.archive_dir = options.archive_dir
         if not os.path.isfile(os.path.join(self.archive_dir, CATALOG_FILE_NAME)):
             raise OptionError(f"option archiveDir: no {CATALOG_FILE_NAME} in {self.archive_dir}")
-        self._counters = _Counters(pool if pool is not None else connection_pool(), options.aeron_dir,
-                                   required=options.aeron_dir is not None)
+        self._counters = _Counters(
+            pool if pool is not None else connection_pool(), options.aeron_dir, required=options.aeron_dir is not None
+        )
         self._tail: dict[int, int] = {}
         self._chunk_source = DiskChunkSource(_SCAN_CHUNK)
 
@@ -347,8 +349,11 @@ class DiskRecordingSource(RecordingSource):
                 found = (catalog.find(rid) for rid in selection.recording_ids)
                 return {d.recording_id: d for d in found if d is not None}
             assert selection.channel is not None and selection.stream_id is not None
-            return {d.recording_id: d for d in catalog.descriptors()
-                    if matches_subscription(d, selection.channel, selection.stream_id)}
+            return {
+                d.recording_id: d
+                for d in catalog.descriptors()
+                if matches_subscription(d, selection.channel, selection.stream_id)
+            }
 
     def recorded_end(self, descriptor: RecordingDescriptor) -> int:
         if not descriptor.is_active:
@@ -412,8 +417,9 @@ class RemoteRecordingSource(RecordingSource):
         try:
             archive = lease.acquire()
         except NoMediaDriverError as ex:
-            raise OptionError(f"{ex}: start one there, set aeronDir (or $AERON_DIR), or read segment files "
-                              "directly with archiveDir") from ex
+            raise OptionError(
+                f"{ex}: start one there, set aeronDir (or $AERON_DIR), or read segment files directly with archiveDir"
+            ) from ex
         with lease:  # a failed request closes the session instead of returning it
             yield archive
 

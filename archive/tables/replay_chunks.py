@@ -90,8 +90,9 @@ class ReplayFetchError(RuntimeError):
 class ReplayChunkSource:
     """`ChunkSource` over bounded replays from a running archive (see the module docstring)."""
 
-    def __init__(self, chunk_length: int = CHUNK_LENGTH, stall_timeout_s: float | None = None,
-                 pool: ConnectionPool | None = None) -> None:
+    def __init__(
+        self, chunk_length: int = CHUNK_LENGTH, stall_timeout_s: float | None = None, pool: ConnectionPool | None = None
+    ) -> None:
         """`pool`: where control sessions come from (default: the process-wide `connection_pool()`)."""
         self._chunk_length = chunk_length
         self._stall_timeout_s = stall_timeout_s
@@ -100,8 +101,10 @@ class ReplayChunkSource:
     def iter_chunks(self, partition: ReadRange) -> Iterator[tuple[memoryview, int]]:
         connection = partition.connection
         if connection is None:
-            raise ValueError(f"partition {partition.index} of recording {partition.recording_id} has no archive "
-                             "connection options (it reads archiveDir)")
+            raise ValueError(
+                f"partition {partition.index} of recording {partition.recording_id} has no archive "
+                "connection options (it reads archiveDir)"
+            )
         if partition.start >= partition.limit:
             return
         pool = self._pool if self._pool is not None else connection_pool()
@@ -120,8 +123,14 @@ class ReplayChunkSource:
 class _ReplayFetch:
     """The state of one partition read: control session, current replay, subscription, chunk buffer."""
 
-    def __init__(self, partition: ReadRange, connection: ConnectionOptions, chunk_length: int,
-                 stall_timeout_s: float | None, pool: ConnectionPool) -> None:
+    def __init__(
+        self,
+        partition: ReadRange,
+        connection: ConnectionOptions,
+        chunk_length: int,
+        stall_timeout_s: float | None,
+        pool: ConnectionPool,
+    ) -> None:
         self.recording_id = partition.recording_id
         self.session_id = partition.recording.session_id
         self.recording_stream_id = partition.recording.stream_id
@@ -151,10 +160,12 @@ class _ReplayFetch:
     def where(self, position: int | None = None) -> str:
         at = self.position if position is None else position
         driver = self.client.aeron_dir if self.client is not None else self.connection.aeron_dir or "default"
-        return (f"recording {self.recording_id} at position {at} (partition [{self.start}, {self.end}) limit "
-                f"{self.limit}; replay channel {self.request_channel} stream {self.stream_id}; archive control "
-                f"channel {self.connection.control_channel} stream {self.connection.control_stream_id}; media "
-                f"driver {driver})")
+        return (
+            f"recording {self.recording_id} at position {at} (partition [{self.start}, {self.end}) limit "
+            f"{self.limit}; replay channel {self.request_channel} stream {self.stream_id}; archive control "
+            f"channel {self.connection.control_channel} stream {self.connection.control_stream_id}; media "
+            f"driver {driver})"
+        )
 
     # ---- lifecycle --------------------------------------------------------------------------------------------
 
@@ -172,8 +183,10 @@ class _ReplayFetch:
             self.subscription = self._add_subscription(self.channel)
             resolved = self.subscription.try_resolve_channel_endpoint_port(timeout_s=self.timeout_s)
             if resolved is None:
-                raise ReplayFetchError(f"could not resolve the port of replay channel {self.channel} within "
-                                       f"{self.timeout_s:.1f}s for {self.where()}")
+                raise ReplayFetchError(
+                    f"could not resolve the port of replay channel {self.channel} within "
+                    f"{self.timeout_s:.1f}s for {self.where()}"
+                )
             self.request_channel = resolved
 
     def _add_subscription(self, channel: str) -> Subscription:
@@ -181,18 +194,21 @@ class _ReplayFetch:
         try:
             return self.client.add_subscription(channel, self.stream_id)
         except Exception as ex:
-            raise ReplayFetchError(f"cannot subscribe to replay channel {channel} stream {self.stream_id} for "
-                                   f"{self.where()}: {ex}") from ex
+            raise ReplayFetchError(
+                f"cannot subscribe to replay channel {channel} stream {self.stream_id} for {self.where()}: {ex}"
+            ) from ex
 
     def start_replay(self, position: int, length: int) -> Image:
         """Start a replay of `[position, position + length)` and return its image once connected."""
         assert self.archive is not None
         try:
-            self.replay_session_id = self.archive.start_replay(self.recording_id, position, length,
-                                                               self.request_channel, self.stream_id)
+            self.replay_session_id = self.archive.start_replay(
+                self.recording_id, position, length, self.request_channel, self.stream_id
+            )
         except ArchiveError as ex:
-            raise ReplayFetchError(f"the archive refused to replay {length} bytes of {self.where(position)}: "
-                                   f"{ex}") from ex
+            raise ReplayFetchError(
+                f"the archive refused to replay {length} bytes of {self.where(position)}: {ex}"
+            ) from ex
         self.replay_active = True
         session_id = to_int32(self.replay_session_id)
         if not self.wildcard_port:
@@ -204,13 +220,21 @@ class _ReplayFetch:
         while True:
             image = self.subscription.image_by_session_id(session_id)
             if image is not None:
-                log.debug("replay %d of recording %d connected: [%d, %d) on %s", self.replay_session_id,
-                          self.recording_id, position, position + length, self.request_channel)
+                log.debug(
+                    "replay %d of recording %d connected: [%d, %d) on %s",
+                    self.replay_session_id,
+                    self.recording_id,
+                    position,
+                    position + length,
+                    self.request_channel,
+                )
                 return image
             self._poll_control(force=False)
             if time.monotonic() > deadline:
-                raise ReplayFetchError(f"replay image (session {session_id}) did not connect within "
-                                       f"{self.timeout_s:.1f}s for {self.where(position)}")
+                raise ReplayFetchError(
+                    f"replay image (session {session_id}) did not connect within "
+                    f"{self.timeout_s:.1f}s for {self.where(position)}"
+                )
             time.sleep(0.0005)
 
     def _poll_control(self, force: bool) -> None:
@@ -238,8 +262,12 @@ class _ReplayFetch:
             if archive is not None and self.replay_active and self.replay_session_id is not None:
                 try:
                     archive.stop_replay(self.replay_session_id)
-                    log.debug("stopped replay %d of recording %d at position %d", self.replay_session_id,
-                              self.recording_id, self.position)
+                    log.debug(
+                        "stopped replay %d of recording %d at position %d",
+                        self.replay_session_id,
+                        self.recording_id,
+                        self.position,
+                    )
                 except Exception as ex:
                     evict = True
                     log.warning("could not stop replay %d of %s: %s", self.replay_session_id, self.where(), ex)
@@ -265,27 +293,36 @@ class _ReplayFetch:
         while True:
             image = self.start_replay(self.position, segment_limit - self.position)
 
-            def on_block(block: memoryview, _session_id: int, term_id: int, bits: int = image.position_bits_to_shift,
-                         initial_term_id: int = image.initial_term_id) -> None:
+            def on_block(
+                block: memoryview,
+                _session_id: int,
+                term_id: int,
+                bits: int = image.position_bits_to_shift,
+                initial_term_id: int = image.initial_term_id,
+            ) -> None:
                 nonlocal fill, cut
                 term_offset = _TERM_OFFSET.unpack_from(block, TERM_OFFSET_FIELD_OFFSET)[0]
                 block_position = compute_position(term_id, term_offset, bits, initial_term_id)
                 if block_position != self.position:
-                    raise ReplayFetchError(f"replay delivered frames at position {block_position}, expected "
-                                           f"{self.position}, for {self.where()}")
+                    raise ReplayFetchError(
+                        f"replay delivered frames at position {block_position}, expected "
+                        f"{self.position}, for {self.where()}"
+                    )
                 n = len(block)
                 if fill + n > self.chunk_length:
                     # Only a PAD frame comes whole past the poll's length limit (it runs to the term end): keep
                     # its header if it fits, and end the chunk there, as the ChunkSource contract allows.
                     if block[TYPE_FIELD_OFFSET] != HDR_TYPE_PAD:
-                        raise ReplayFetchError(f"replay delivered a {n}-byte block of data frames beyond the "
-                                               f"requested length at {self.where()}")
+                        raise ReplayFetchError(
+                            f"replay delivered a {n}-byte block of data frames beyond the "
+                            f"requested length at {self.where()}"
+                        )
                     if self.chunk_length - fill >= HEADER_LENGTH:
-                        view[fill:fill + HEADER_LENGTH] = block[:HEADER_LENGTH]
+                        view[fill : fill + HEADER_LENGTH] = block[:HEADER_LENGTH]
                         fill += HEADER_LENGTH
                     cut = True
                 else:
-                    view[fill:fill + n] = block
+                    view[fill : fill + n] = block
                     fill += n
                 self.position += n
 
@@ -326,8 +363,12 @@ class _ReplayFetch:
                 break
             segment_limit = min(self.limit, self.position + continuation)
             continuation *= 2
-            log.debug("recording %d: continuing the replay at position %d to %d", self.recording_id,
-                      self.position, segment_limit)
+            log.debug(
+                "recording %d: continuing the replay at position %d to %d",
+                self.recording_id,
+                self.position,
+                segment_limit,
+            )
         if fill > 0:
             yield self.as_recorded(view[:fill]), chunk_position
 
@@ -352,5 +393,7 @@ class _ReplayFetch:
             self._poll_control(force=True)
             time.sleep(0.01)
         state = "ended (end of stream)" if image.is_end_of_stream else "closed"
-        raise ReplayFetchError(f"replay image {state} before the requested range was delivered, at {self.where()}; "
-                               "the archive may have stopped, or the recording been truncated")
+        raise ReplayFetchError(
+            f"replay image {state} before the requested range was delivered, at {self.where()}; "
+            "the archive may have stopped, or the recording been truncated"
+        )

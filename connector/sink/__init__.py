@@ -17,8 +17,10 @@ def __getattr__(name: str) -> Any:
     # Lazy: Spark imports connector.* in its lookup worker, where nothing heavy should load.
     if name in ("BatchEntry", "read_batch_map"):
         from aeron_archive_spark.connector.sink import batch_map
+
         return getattr(batch_map, name)
     if name == "read_sink_state":
         from aeron_archive_spark.connector.sink.state import load_state
+
         return load_state
     raise AttributeError(f"module 'aeron_archive_spark.connector.sink' has no attribute {name!r}")

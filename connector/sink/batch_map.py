@@ -44,15 +44,27 @@ class BatchEntry:
     committed_at: int  # epoch milliseconds
 
     def to_json(self) -> dict[str, Any]:
-        return {"batchId": self.batch_id, "recordingId": self.recording_id, "startPosition": self.start_position,
-                "stopPosition": self.stop_position, "rows": self.rows, "payloadBytes": self.payload_bytes,
-                "committedAt": self.committed_at}
+        return {
+            "batchId": self.batch_id,
+            "recordingId": self.recording_id,
+            "startPosition": self.start_position,
+            "stopPosition": self.stop_position,
+            "rows": self.rows,
+            "payloadBytes": self.payload_bytes,
+            "committedAt": self.committed_at,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BatchEntry:
-        return cls(int(data["batchId"]), int(data["recordingId"]), int(data["startPosition"]),
-                   int(data["stopPosition"]), int(data["rows"]), int(data["payloadBytes"]),
-                   int(data["committedAt"]))
+        return cls(
+            int(data["batchId"]),
+            int(data["recordingId"]),
+            int(data["startPosition"]),
+            int(data["stopPosition"]),
+            int(data["rows"]),
+            int(data["payloadBytes"]),
+            int(data["committedAt"]),
+        )
 
 
 def _dir(state_dir: str) -> str:

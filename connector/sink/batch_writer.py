@@ -34,9 +34,11 @@ class AeronArchiveBatchWriter(DataSourceArrowWriter):
 
     def __init__(self, options: Any, schema: StructType, overwrite: bool) -> None:
         if overwrite:
-            raise OptionError("the aeron-archive sink supports mode('append') only: a recording is an append-only "
-                              "log that readers may be tailing, so mode('overwrite') is rejected; truncate the "
-                              "recording explicitly (AeronArchive.truncate_recording) if you mean to rewrite it")
+            raise OptionError(
+                "the aeron-archive sink supports mode('append') only: a recording is an append-only "
+                "log that readers may be tailing, so mode('overwrite') is rejected; truncate the "
+                "recording explicitly (AeronArchive.truncate_recording) if you mean to rewrite it"
+            )
         self.options = parse_sink_options(options, streaming=False)
         self.layout = input_layout(schema, self.options)
         # The driver creates this instance once per write and pickles it to the executors and to the commit, so
@@ -47,16 +49,26 @@ class AeronArchiveBatchWriter(DataSourceArrowWriter):
         from pyspark import TaskContext
 
         from aeron_archive_spark.connector.sink.staging import stage_partition
+
         context = TaskContext.get()
         if context is None:
             raise RuntimeError("AeronArchiveBatchWriter.write runs in a Spark task only")
-        return stage_partition(iterator, self.layout, self.options.staging_dir, self.label, context.partitionId(),
-                               context.attemptNumber(), self.options.state_dir or self.options.staging_dir)
+        return stage_partition(
+            iterator,
+            self.layout,
+            self.options.staging_dir,
+            self.label,
+            context.partitionId(),
+            context.attemptNumber(),
+            self.options.state_dir or self.options.staging_dir,
+        )
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         from aeron_archive_spark.connector.sink.committer import commit_batch
+
         commit_batch(self.options, messages, None, self.label, streaming=False)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         from aeron_archive_spark.connector.sink.committer import abort_batch
+
         abort_batch(self.options, messages, self.label, None)

@@ -55,30 +55,37 @@ def input_layout(schema: StructType, options: SinkOptions) -> InputLayout:
         kind = type(field.dataType).__name__
         if field.name.lower() == VALUE.lower():
             if kind not in ("BinaryType", "StringType"):
-                raise SinkSchemaError(f"column {field.name!r} must be binary or string, got "
-                                      f"{field.dataType.simpleString()}")
+                raise SinkSchemaError(
+                    f"column {field.name!r} must be binary or string, got {field.dataType.simpleString()}"
+                )
             value_index = index
         elif field.name.lower() == RESERVED_VALUE.lower():
             if kind not in _INTEGRAL:
-                raise SinkSchemaError(f"column {field.name!r} must be a long (the frame header's reserved value), "
-                                      f"got {field.dataType.simpleString()}")
+                raise SinkSchemaError(
+                    f"column {field.name!r} must be a long (the frame header's reserved value), "
+                    f"got {field.dataType.simpleString()}"
+                )
             reserved_index = index
         else:
             raise SinkSchemaError(
                 f"column {field.name!r} is not accepted by the aeron-archive sink: give only {VALUE!r} (binary or "
                 f"string) and optionally {RESERVED_VALUE!r} (long), or set sbeSchema/sbeMessage to encode typed "
-                f"columns; input columns: {', '.join(names)}")
+                f"columns; input columns: {', '.join(names)}"
+            )
     if value_index is None:
-        raise SinkSchemaError(f"the aeron-archive sink needs a column {VALUE!r} (binary or string) with the message "
-                              f"payload; input columns: {', '.join(names) or '(none)'}")
+        raise SinkSchemaError(
+            f"the aeron-archive sink needs a column {VALUE!r} (binary or string) with the message "
+            f"payload; input columns: {', '.join(names) or '(none)'}"
+        )
     return InputLayout(value_index, reserved_index, names)
 
 
 def _sbe_layout(schema: StructType, options: SinkOptions) -> InputLayout:
     """Check the columns against the SBE message now (on the driver), so a wrong column fails at query start."""
     if options.sbe_message is None:
-        raise OptionError("option sbeSchema needs option sbeMessage when writing: the name of the SBE message "
-                          "each row is encoded as")
+        raise OptionError(
+            "option sbeSchema needs option sbeMessage when writing: the name of the SBE message each row is encoded as"
+        )
     encoder = sbe_encoder(options.sbe_schema, options.sbe_message)
     accepted = {name.lower() for name in encoder.input_columns}
     names = tuple(field.name for field in schema.fields)
@@ -86,13 +93,16 @@ def _sbe_layout(schema: StructType, options: SinkOptions) -> InputLayout:
     for index, field in enumerate(schema.fields):
         if field.name.lower() == RESERVED_VALUE.lower():
             if type(field.dataType).__name__ not in _INTEGRAL:
-                raise SinkSchemaError(f"column {field.name!r} must be a long (the frame header's reserved value), "
-                                      f"got {field.dataType.simpleString()}")
+                raise SinkSchemaError(
+                    f"column {field.name!r} must be a long (the frame header's reserved value), "
+                    f"got {field.dataType.simpleString()}"
+                )
             reserved_index = index
         elif field.name.lower() not in accepted:
             raise SinkSchemaError(
                 f"column {field.name!r} is not a field of SBE message {encoder.message} (option sbeMessage); "
-                f"its columns are: {', '.join(encoder.input_columns)}, plus optionally {RESERVED_VALUE!r}")
+                f"its columns are: {', '.join(encoder.input_columns)}, plus optionally {RESERVED_VALUE!r}"
+            )
     return InputLayout(None, reserved_index, names, options.sbe_schema, options.sbe_message)
 
 
@@ -100,11 +110,13 @@ def _sbe_layout(schema: StructType, options: SinkOptions) -> InputLayout:
 def sbe_encoder(schema_path: str, message: str) -> SbeEncoder:
     """One encoder per (schema, message) and process: executors reuse it for every batch."""
     from aeron_archive_spark.archive.tables.sbe.encode import SbeEncoder
+
     return SbeEncoder(schema_path, message, ignore_columns=(RESERVED_VALUE,))
 
 
 def staged_schema(layout: InputLayout) -> pa.Schema:
     import pyarrow as pa
+
     fields = [pa.field(VALUE, pa.binary(), nullable=False)]
     if layout.has_reserved:
         fields.append(pa.field(RESERVED_VALUE, pa.int64(), nullable=False))
@@ -115,6 +127,7 @@ def to_staged(batch: pa.RecordBatch, layout: InputLayout, schema: pa.Schema, whe
     """One input batch in the staged layout (zero-copy for binary, and for string: same buffers, new type)."""
     import pyarrow as pa
     import pyarrow.compute as pc
+
     reserved = batch.column(layout.reserved_index) if layout.reserved_index is not None else None
     if layout.sbe_schema is not None:
         assert layout.sbe_message is not None
@@ -124,10 +137,15 @@ def to_staged(batch: pa.RecordBatch, layout: InputLayout, schema: pa.Schema, whe
         values = batch.column(layout.value_index)
     if values.null_count:
         row = int(pc.index(values.is_null(), True).as_py())
-        raise SinkSchemaError(f"column {VALUE!r} is null in row {row} of {where}: an Aeron message cannot be null "
-                              "(use an empty binary value for an empty message)")
-    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type) or \
-            pa.types.is_large_binary(values.type):
+        raise SinkSchemaError(
+            f"column {VALUE!r} is null in row {row} of {where}: an Aeron message cannot be null "
+            "(use an empty binary value for an empty message)"
+        )
+    if (
+        pa.types.is_string(values.type)
+        or pa.types.is_large_string(values.type)
+        or pa.types.is_large_binary(values.type)
+    ):
         values = values.view(pa.binary()) if pa.types.is_string(values.type) else values.cast(pa.binary())
     elif not pa.types.is_binary(values.type):
         raise SinkSchemaError(f"column {VALUE!r} arrived as Arrow {values.type}, expected binary or string")

@@ -92,6 +92,7 @@ _SESSION_PARAMS = ("session_id", "init_term_id", "term_id", "term_offset")
 
 # -- the archive session ---------------------------------------------------------------------------------------
 
+
 class _SignalLog:
     """Recording signals received during a commit's lease, so a waiter can look for the one it caused."""
 
@@ -110,18 +111,22 @@ class _SignalLog:
 
 def _lease_archive(connection: ConnectionOptions, signals: _SignalLog) -> tuple[ArchiveLease, AeronArchive]:
     """A pooled control session on the host's media driver, with `signals` receiving its recording signals."""
-    lease = connection_pool().archive(connection, purpose="sink", host_driver_only=True,
-                                      recording_signal_consumer=signals, keep_on=(InjectedFault,))
+    lease = connection_pool().archive(
+        connection, purpose="sink", host_driver_only=True, recording_signal_consumer=signals, keep_on=(InjectedFault,)
+    )
     try:
         return lease, lease.acquire()
     except NoMediaDriverError as ex:
-        raise SinkError(f"{ex}: start one there or set option aeronDir (or $AERON_DIR) to the directory of the "
-                        "archive's media driver") from ex
+        raise SinkError(
+            f"{ex}: start one there or set option aeronDir (or $AERON_DIR) to the directory of the "
+            "archive's media driver"
+        ) from ex
     except ArchiveConnectError as ex:
         raise SinkError(str(ex)) from ex
 
 
 # -- one archive conversation -----------------------------------------------------------------------------------
+
 
 @dataclass
 class OpenRecording:
@@ -143,8 +148,7 @@ class ArchiveOps:
         self.signals = signals
         self.options = options
         self.timeout_s = options.publish_timeout_s
-        self.source_location = SourceLocation.REMOTE if options.source_location == "remote" \
-            else SourceLocation.LOCAL
+        self.source_location = SourceLocation.REMOTE if options.source_location == "remote" else SourceLocation.LOCAL
 
     def _await_signal(self, what: str, match: Callable[[RecordingSignalEvent], bool]) -> RecordingSignalEvent:
         deadline = time.monotonic() + self.timeout_s
@@ -153,16 +157,20 @@ class ArchiveOps:
             if found is not None:
                 return found
             if time.monotonic() > deadline:
-                raise SinkError(f"no {what} signal from the archive within {self.timeout_s:.1f}s "
-                                f"({self.options.connection.describe()})")
+                raise SinkError(
+                    f"no {what} signal from the archive within {self.timeout_s:.1f}s "
+                    f"({self.options.connection.describe()})"
+                )
             if self.archive.poll_for_recording_signals() == 0:
                 time.sleep(0.0002)
 
     def descriptor(self, recording_id: int, origin: str) -> RecordingDescriptor:
         descriptor = self.archive.list_recording(recording_id)
         if descriptor is None:
-            raise SinkError(f"recording {recording_id} ({origin}) is not in the archive "
-                            f"({self.options.connection.describe()}): unknown or purged recording id")
+            raise SinkError(
+                f"recording {recording_id} ({origin}) is not in the archive "
+                f"({self.options.connection.describe()}): unknown or purged recording id"
+            )
         return descriptor
 
     def stop_active(self, recording_id: int) -> RecordingDescriptor:
@@ -191,17 +199,28 @@ class ArchiveOps:
         publication = self.archive.aeron.add_exclusive_publication(publication_channel, stream_id)
         try:
             self.signals.clear()
-            subscription_id = self.archive.start_recording(add_session_id(publication_channel, publication.session_id),
-                                                           stream_id, self.source_location, auto_stop=True)
-            event = self._await_signal("START", lambda e: e.signal == RecordingSignal.START
-                                       and e.subscription_id == subscription_id)
+            subscription_id = self.archive.start_recording(
+                add_session_id(publication_channel, publication.session_id),
+                stream_id,
+                self.source_location,
+                auto_stop=True,
+            )
+            event = self._await_signal(
+                "START", lambda e: e.signal == RecordingSignal.START and e.subscription_id == subscription_id
+            )
         except BaseException:
             publication.close()
             raise
-        log.info("started recording %d of %s stream %d at position %d", event.recording_id, publication_channel,
-                 stream_id, event.position)
-        return OpenRecording(publication, subscription_id, event.recording_id, event.position, publication_channel,
-                             True)
+        log.info(
+            "started recording %d of %s stream %d at position %d",
+            event.recording_id,
+            publication_channel,
+            stream_id,
+            event.position,
+        )
+        return OpenRecording(
+            publication, subscription_id, event.recording_id, event.position, publication_channel, True
+        )
 
     def open_extend(self, descriptor: RecordingDescriptor, base_channel: str) -> OpenRecording:
         """Extend a stopped recording; returns as soon as the archive accepted the request.
@@ -216,12 +235,18 @@ class ArchiveOps:
         publication = self.archive.aeron.add_exclusive_publication(channel, descriptor.stream_id)
         try:
             if publication.position != descriptor.stop_position:
-                raise SinkError(f"extend publication for recording {recording_id} starts at {publication.position}, "
-                                f"not at the recording's stop position {descriptor.stop_position}")
+                raise SinkError(
+                    f"extend publication for recording {recording_id} starts at {publication.position}, "
+                    f"not at the recording's stop position {descriptor.stop_position}"
+                )
             self.signals.clear()
             subscription_id = self.archive.extend_recording(
-                recording_id, add_session_id(channel, publication.session_id), descriptor.stream_id,
-                self.source_location, auto_stop=True)
+                recording_id,
+                add_session_id(channel, publication.session_id),
+                descriptor.stream_id,
+                self.source_location,
+                auto_stop=True,
+            )
         except BaseException:
             publication.close()
             raise
@@ -230,8 +255,9 @@ class ArchiveOps:
     def confirm(self, opened: OpenRecording) -> None:
         """Wait for the EXTEND signal of an extend started by `open_extend` (raises on INVALID_EXTENSION)."""
         if not opened.confirmed:
-            self._await_signal("EXTEND", lambda e: e.signal == RecordingSignal.EXTEND
-                               and e.subscription_id == opened.subscription_id)
+            self._await_signal(
+                "EXTEND", lambda e: e.signal == RecordingSignal.EXTEND and e.subscription_id == opened.subscription_id
+            )
             opened.confirmed = True
 
     def poll(self) -> None:
@@ -247,8 +273,10 @@ class ArchiveOps:
         while True:
             if counter_id != NULL_COUNTER_ID:
                 if not is_active(reader, counter_id, recording_id):
-                    raise SinkError(f"recording {recording_id} stopped before reaching position {position} "
-                                    f"(recorded {last}): did the archive shut down?")
+                    raise SinkError(
+                        f"recording {recording_id} stopped before reaching position {position} "
+                        f"(recorded {last}): did the archive shut down?"
+                    )
                 recorded = reader.get(counter_id)
             else:  # the archive runs on another media driver: ask it
                 recorded = self.archive.get_recording_position(recording_id)
@@ -260,23 +288,28 @@ class ArchiveOps:
                 last = recorded
                 deadline = time.monotonic() + self.timeout_s
             elif time.monotonic() > deadline:
-                raise SinkError(f"the archive recorded recording {recording_id} only up to {recorded} of {position} "
-                                f"and made no progress for {self.timeout_s:.1f}s")
+                raise SinkError(
+                    f"the archive recorded recording {recording_id} only up to {recorded} of {position} "
+                    f"and made no progress for {self.timeout_s:.1f}s"
+                )
             time.sleep(0.0002 if counter_id != NULL_COUNTER_ID else 0.002)
 
     def stop(self, opened: OpenRecording) -> int:
         """Stop recording the publication; returns the stop position the archive reports."""
         self.signals.clear()
         self.archive.stop_recording_subscription(opened.subscription_id)
-        event = self._await_signal("STOP", lambda e: e.signal == RecordingSignal.STOP
-                                   and e.recording_id == opened.recording_id)
+        event = self._await_signal(
+            "STOP", lambda e: e.signal == RecordingSignal.STOP and e.recording_id == opened.recording_id
+        )
         return event.position
 
 
 # -- the commit --------------------------------------------------------------------------------------------------
 
-def commit_batch(options: SinkOptions, messages: Sequence[Any], batch_id: int | None, label: str,
-                 streaming: bool) -> BatchEntry | None:
+
+def commit_batch(
+    options: SinkOptions, messages: Sequence[Any], batch_id: int | None, label: str, streaming: bool
+) -> BatchEntry | None:
     """Publish the staged partitions of one batch exactly once; returns its batch map entry.
 
     `batch_id` is Spark's micro-batch id (streaming) or None for a batch write, which takes the next free id of
@@ -287,8 +320,11 @@ def commit_batch(options: SinkOptions, messages: Sequence[Any], batch_id: int | 
     temporary = options.state_dir is None
     state_dir = options.state_dir or tempfile.mkdtemp(prefix="aeron-archive-sink-state-")
     if temporary:
-        log.info("df.write without sinkStateDir: state is kept only for this write (%s); give sinkStateDir to "
-                 "recover an interrupted commit in a later run and to extend the same recording", state_dir)
+        log.info(
+            "df.write without sinkStateDir: state is kept only for this write (%s); give sinkStateDir to "
+            "recover an interrupted commit in a later run and to extend the same recording",
+            state_dir,
+        )
     try:
         with state_lock(state_dir, max(LOCK_TIMEOUT_S, options.publish_timeout_s)):
             entry, published = _commit_locked(options, state_dir, staged, batch_id, streaming)
@@ -299,8 +335,12 @@ def commit_batch(options: SinkOptions, messages: Sequence[Any], batch_id: int | 
     sweep(options.staging_dir, batch=label, up_to_batch=batch_id if streaming else None)
     if published and entry is not None:
         seconds = time.perf_counter() - started
-        log.info("commit of batch %d took %.3f s (%.1f MB/s of recording)", entry.batch_id, seconds,
-                 (entry.stop_position - entry.start_position) / max(seconds, 1e-9) / 1e6)
+        log.info(
+            "commit of batch %d took %.3f s (%.1f MB/s of recording)",
+            entry.batch_id,
+            seconds,
+            (entry.stop_position - entry.start_position) / max(seconds, 1e-9) / 1e6,
+        )
     return entry
 
 
@@ -315,36 +355,48 @@ def _check_messages(messages: Sequence[Any], label: str) -> list[StagedPartition
     staged: list[StagedPartition] = []
     for index, message in enumerate(messages):
         if not isinstance(message, StagedPartition):
-            raise SinkError(f"commit got no staged data for task {index} of batch {label} "
-                            f"({type(message).__name__}): the task did not complete")
+            raise SinkError(
+                f"commit got no staged data for task {index} of batch {label} "
+                f"({type(message).__name__}): the task did not complete"
+            )
         if message.batch != label:
             raise SinkError(f"staged file {message.path} belongs to batch {message.batch}, not to batch {label}")
         staged.append(message)
     return sorted(staged, key=lambda m: m.partition)
 
 
-def _check_state(state: SinkState | None, options: SinkOptions, state_dir: str, kind: str,
-                 query_id: str | None) -> None:
+def _check_state(
+    state: SinkState | None, options: SinkOptions, state_dir: str, kind: str, query_id: str | None
+) -> None:
     if state is None:
         return
     where = f"sinkStateDir {state_dir}"
     if state.kind != kind:
-        raise SinkError(f"{where} belongs to a {state.kind} sink, not a {kind} one: batch ids would clash; use "
-                        "one state directory per query")
+        raise SinkError(
+            f"{where} belongs to a {state.kind} sink, not a {kind} one: batch ids would clash; use "
+            "one state directory per query"
+        )
     if state.query_id and query_id and state.query_id != query_id:
-        raise SinkError(f"{where} was written by streaming query {state.query_id}, but checkpoint "
-                        f"{options.checkpoint_location} is query {query_id}: batch ids would be confused; give "
-                        "each query (and each new checkpoint) its own sinkStateDir")
+        raise SinkError(
+            f"{where} was written by streaming query {state.query_id}, but checkpoint "
+            f"{options.checkpoint_location} is query {query_id}: batch ids would be confused; give "
+            "each query (and each new checkpoint) its own sinkStateDir"
+        )
     if options.recording_id is not None and options.recording_id != state.recording_id:
-        raise SinkError(f"option recordingId={options.recording_id} but {where} writes recording "
-                        f"{state.recording_id}: use a fresh sinkStateDir to write another recording")
+        raise SinkError(
+            f"option recordingId={options.recording_id} but {where} writes recording "
+            f"{state.recording_id}: use a fresh sinkStateDir to write another recording"
+        )
     if options.stream_id is not None and options.stream_id != state.stream_id:
-        raise SinkError(f"option streamId={options.stream_id} but {where} writes recording {state.recording_id} of "
-                        f"stream {state.stream_id}: use a fresh sinkStateDir to write another stream")
+        raise SinkError(
+            f"option streamId={options.stream_id} but {where} writes recording {state.recording_id} of "
+            f"stream {state.stream_id}: use a fresh sinkStateDir to write another stream"
+        )
 
 
-def _commit_locked(options: SinkOptions, state_dir: str, staged: list[StagedPartition], batch_id: int | None,
-                   streaming: bool) -> tuple[BatchEntry | None, bool]:
+def _commit_locked(
+    options: SinkOptions, state_dir: str, staged: list[StagedPartition], batch_id: int | None, streaming: bool
+) -> tuple[BatchEntry | None, bool]:
     """(the batch's entry, whether this call published it); already committed batches are not published again."""
     kind = "stream" if streaming else "batch"
     query_id = query_id_of(options.checkpoint_location) if streaming else None
@@ -355,9 +407,13 @@ def _commit_locked(options: SinkOptions, state_dir: str, staged: list[StagedPart
         batch_id = last.batch_id + 1 if last is not None else 0
     elif last is not None and batch_id <= last.batch_id:
         existing = find_entry(state_dir, batch_id)
-        log.info("batch %d is already committed (%s): nothing to do", batch_id,
-                 f"positions [{existing.start_position}, {existing.stop_position}) of recording "
-                 f"{existing.recording_id}" if existing else f"last committed batch is {last.batch_id}")
+        log.info(
+            "batch %d is already committed (%s): nothing to do",
+            batch_id,
+            f"positions [{existing.start_position}, {existing.stop_position}) of recording {existing.recording_id}"
+            if existing
+            else f"last committed batch is {last.batch_id}",
+        )
         return existing, False
     elif last is not None and batch_id > last.batch_id + 1:
         log.warning("batch %d follows batch %d in %s: the batch map has a gap", batch_id, last.batch_id, state_dir)
@@ -376,34 +432,55 @@ def _commit_locked(options: SinkOptions, state_dir: str, staged: list[StagedPart
         except SinkError:
             raise
         except Exception as ex:
-            raise SinkError(f"commit of batch {batch_id} to {options.target_text()} failed: {ex} "
-                            f"({options.connection.describe()}); a partly published batch is truncated by the next "
-                            "commit") from ex
+            raise SinkError(
+                f"commit of batch {batch_id} to {options.target_text()} failed: {ex} "
+                f"({options.connection.describe()}); a partly published batch is truncated by the next "
+                "commit"
+            ) from ex
 
 
 def recover(ops: ArchiveOps, state_dir: str, pending: Pending) -> None:
     """Undo a commit that died while publishing: truncate back to where it started (unless it completed)."""
     descriptor = ops.descriptor(pending.recording_id, f"pending commit of batch {pending.batch_id}")
     if descriptor.is_active:
-        log.warning("recording %d is still active after an interrupted commit of batch %d: stopping it",
-                    pending.recording_id, pending.batch_id)
+        log.warning(
+            "recording %d is still active after an interrupted commit of batch %d: stopping it",
+            pending.recording_id,
+            pending.batch_id,
+        )
         descriptor = ops.stop_active(pending.recording_id)
     if find_entry(state_dir, pending.batch_id) is not None:
         log.info("batch %d was committed before the crash; clearing its pending marker", pending.batch_id)
     elif descriptor.stop_position > pending.start_position:
-        log.warning("recovering interrupted commit of batch %d: truncating recording %d from %d back to %d",
-                    pending.batch_id, pending.recording_id, descriptor.stop_position, pending.start_position)
+        log.warning(
+            "recovering interrupted commit of batch %d: truncating recording %d from %d back to %d",
+            pending.batch_id,
+            pending.recording_id,
+            descriptor.stop_position,
+            pending.start_position,
+        )
         ops.truncate(pending.recording_id, pending.start_position)
     elif descriptor.stop_position < pending.start_position:
-        raise SinkError(f"recording {pending.recording_id} stops at {descriptor.stop_position}, before position "
-                        f"{pending.start_position} where the interrupted commit of batch {pending.batch_id} began: "
-                        "was it truncated by someone else?")
+        raise SinkError(
+            f"recording {pending.recording_id} stops at {descriptor.stop_position}, before position "
+            f"{pending.start_position} where the interrupted commit of batch {pending.batch_id} began: "
+            "was it truncated by someone else?"
+        )
     clear_pending(state_dir)
 
 
-def _publish(ops: ArchiveOps, options: SinkOptions, state_dir: str, state: SinkState | None,
-             last: BatchEntry | None, staged: list[StagedPartition], batch_id: int, kind: str,
-             query_id: str | None, fault_dir: str) -> BatchEntry:
+def _publish(
+    ops: ArchiveOps,
+    options: SinkOptions,
+    state_dir: str,
+    state: SinkState | None,
+    last: BatchEntry | None,
+    staged: list[StagedPartition],
+    batch_id: int,
+    kind: str,
+    query_id: str | None,
+    fault_dir: str,
+) -> BatchEntry:
     now = int(time.time() * 1000)
     rows = sum(m.rows for m in staged)
     payload = sum(m.payload_bytes for m in staged)
@@ -413,19 +490,26 @@ def _publish(ops: ArchiveOps, options: SinkOptions, state_dir: str, state: SinkS
         descriptor = ops.descriptor(recording_id, origin)
         if descriptor.is_active:
             if state is None or not state.created_by_sink:
-                raise SinkError(f"recording {recording_id} ({origin}) is active: another publisher is recording "
-                                "it; the sink extends only stopped recordings")
+                raise SinkError(
+                    f"recording {recording_id} ({origin}) is active: another publisher is recording "
+                    "it; the sink extends only stopped recordings"
+                )
             descriptor = ops.stop_active(recording_id)
         if last is not None and descriptor.stop_position < last.stop_position:
-            raise SinkError(f"recording {recording_id} stops at {descriptor.stop_position}, before the end "
-                            f"{last.stop_position} of committed batch {last.batch_id}: it was truncated outside "
-                            "the sink")
+            raise SinkError(
+                f"recording {recording_id} stops at {descriptor.stop_position}, before the end "
+                f"{last.stop_position} of committed batch {last.batch_id}: it was truncated outside "
+                "the sink"
+            )
         if state is None:
             state = SinkState(recording_id, False, descriptor.stream_id, kind, query_id, now)
             save_state(state_dir, state)
         if rows == 0:
-            return _record(state_dir, BatchEntry(batch_id, recording_id, descriptor.stop_position,
-                                                 descriptor.stop_position, 0, 0, now), fault_dir)
+            return _record(
+                state_dir,
+                BatchEntry(batch_id, recording_id, descriptor.stop_position, descriptor.stop_position, 0, 0, now),
+                fault_dir,
+            )
         save_pending(state_dir, Pending(batch_id, recording_id, descriptor.stop_position, now))
         opened = ops.open_extend(descriptor, options.channel or descriptor.original_channel)
     else:
@@ -444,8 +528,9 @@ def _publish(ops: ArchiveOps, options: SinkOptions, state_dir: str, state: SinkS
         opened.publication.close()
         _rollback(ops, state_dir, pending, ex)
         raise
-    entry = BatchEntry(batch_id, opened.recording_id, opened.start_position, stop_position, rows, payload,
-                       int(time.time() * 1000))
+    entry = BatchEntry(
+        batch_id, opened.recording_id, opened.start_position, stop_position, rows, payload, int(time.time() * 1000)
+    )
     return _record(state_dir, entry, fault_dir)
 
 
@@ -454,13 +539,20 @@ def _record(state_dir: str, entry: BatchEntry, fault_dir: str) -> BatchEntry:
     append_entry(state_dir, entry)
     faults.check(fault_dir, "after-entry", batchId=entry.batch_id)
     clear_pending(state_dir)
-    log.info("committed batch %d: %d rows at [%d, %d) of recording %d", entry.batch_id, entry.rows,
-             entry.start_position, entry.stop_position, entry.recording_id)
+    log.info(
+        "committed batch %d: %d rows at [%d, %d) of recording %d",
+        entry.batch_id,
+        entry.rows,
+        entry.start_position,
+        entry.stop_position,
+        entry.recording_id,
+    )
     return entry
 
 
-def _stream_staged(ops: ArchiveOps, opened: OpenRecording, staged: list[StagedPartition], batch_id: int,
-                   fault_dir: str) -> int:
+def _stream_staged(
+    ops: ArchiveOps, opened: OpenRecording, staged: list[StagedPartition], batch_id: int, fault_dir: str
+) -> int:
     """Publish every staged batch in partition order, wait for the recorder, stop; returns the stop position."""
     what = f"publication {opened.channel} stream {opened.publication.stream_id} (recording {opened.recording_id})"
     publisher = FramePublisher(opened.publication, ops.timeout_s, what, check_alive=ops.poll)
@@ -487,8 +579,10 @@ def _stream_staged(ops: ArchiveOps, opened: OpenRecording, staged: list[StagedPa
     finally:
         opened.publication.close()
     if stop_position != publisher.position:
-        raise SinkError(f"recording {opened.recording_id} stopped at {stop_position}, but batch {batch_id} was "
-                        f"published up to {publisher.position}")
+        raise SinkError(
+            f"recording {opened.recording_id} stopped at {stop_position}, but batch {batch_id} was "
+            f"published up to {publisher.position}"
+        )
     return stop_position
 
 
@@ -498,7 +592,12 @@ def _rollback(ops: ArchiveOps, state_dir: str, pending: Pending, cause: BaseExce
         recover(ops, state_dir, pending)
         log.warning("commit of batch %d failed (%s); its partial data was truncated", pending.batch_id, cause)
     except Exception as ex:
-        log.warning("commit of batch %d failed (%s) and could not be rolled back now (%s): the next commit "
-                    "truncates recording %d back to %d", pending.batch_id, cause, ex, pending.recording_id,
-                    pending.start_position)
-
+        log.warning(
+            "commit of batch %d failed (%s) and could not be rolled back now (%s): the next commit "
+            "truncates recording %d back to %d",
+            pending.batch_id,
+            cause,
+            ex,
+            pending.recording_id,
+            pending.start_position,
+        )

@@ -11,7 +11,6 @@ class SinkError(Exception):
     """The sink cannot complete a write or a commit (archive, recording, state directory or staged data)."""
 
 
-
 class SinkSchemaError(SinkError, ValueError):
     """The DataFrame's columns do not fit the sink (unknown column, missing `value`, wrong type, nulls)."""
 

@@ -61,44 +61,57 @@ def local_path(location: str, option: str) -> str:
         return os.path.abspath(os.path.expanduser(location))
     raise OptionError(
         f"option {option}={location!r} uses scheme {parsed.scheme!r}: the aeron-archive sink keeps its state and "
-        "staged data on a local or shared POSIX filesystem; set sinkStateDir (and stagingLocation) to such a path")
+        "staged data on a local or shared POSIX filesystem; set sinkStateDir (and stagingLocation) to such a path"
+    )
 
 
 def parse_sink_options(options: Mapping[str, Any], streaming: bool) -> SinkOptions:
     """Validate Spark's options for `writeStream` (streaming) or `write`; errors name the option."""
     raw = {str(k): str(v) for k, v in dict(options).items() if v is not None}
     checkpoint = next((v for k, v in raw.items() if k.lower() == CHECKPOINT_KEY), None)
-    parsed = parse_options({k: v for k, v in raw.items() if k.lower() != CHECKPOINT_KEY},
-                           Mode.STREAM_WRITE if streaming else Mode.BATCH_WRITE, OPTIONS)
+    parsed = parse_options(
+        {k: v for k, v in raw.items() if k.lower() != CHECKPOINT_KEY},
+        Mode.STREAM_WRITE if streaming else Mode.BATCH_WRITE,
+        OPTIONS,
+    )
 
     recording_id = parsed.get("recordingId")
     channel = parsed.get("channel")
     stream_id = parsed.get("streamId")
     if recording_id is not None and (channel is not None or stream_id is not None):
-        raise OptionError("give either option recordingId (extend that recording) or options channel and streamId "
-                          "(a new recording), not both")
+        raise OptionError(
+            "give either option recordingId (extend that recording) or options channel and streamId "
+            "(a new recording), not both"
+        )
     if recording_id is None:
         if channel is None and stream_id is None:
-            raise OptionError("the aeron-archive sink needs a target: option recordingId, or options channel and "
-                              "streamId")
+            raise OptionError(
+                "the aeron-archive sink needs a target: option recordingId, or options channel and streamId"
+            )
         if channel is None:
             raise OptionError("option streamId needs option channel (or give recordingId instead)")
         if stream_id is None:
             raise OptionError("option channel needs option streamId (or give recordingId instead)")
         from aeron_archive_spark.archive.channel import ChannelError, ChannelUri
+
         try:
             ChannelUri.parse(channel)
         except ChannelError as ex:
             raise OptionError(f"option channel: {ex}") from None
 
-    checkpoint_path = local_path(checkpoint, "checkpointLocation") if checkpoint and \
-        urlparse(checkpoint).scheme in ("", "file") else None
+    checkpoint_path = (
+        local_path(checkpoint, "checkpointLocation")
+        if checkpoint and urlparse(checkpoint).scheme in ("", "file")
+        else None
+    )
     if parsed.get("sinkStateDir"):
         state_dir: str | None = local_path(parsed["sinkStateDir"], "sinkStateDir")
     elif streaming:
         if checkpoint is None:
-            raise OptionError("the aeron-archive sink needs option sinkStateDir, or the query's checkpointLocation "
-                              "(its state then lives in <checkpointLocation>/" + STATE_SUBDIR + ")")
+            raise OptionError(
+                "the aeron-archive sink needs option sinkStateDir, or the query's checkpointLocation "
+                "(its state then lives in <checkpointLocation>/" + STATE_SUBDIR + ")"
+            )
         state_dir = os.path.join(local_path(checkpoint, "checkpointLocation"), STATE_SUBDIR)
     else:
         state_dir = None

@@ -40,18 +40,32 @@ log = logging.getLogger(__name__)
 # and the recorder's block polls (at most min(term, fileIoMaxLength = 1 MiB)) keep up in step.
 MAX_BLOCK_BYTES = 1 << 20
 
-HEADER_DTYPE = np.dtype([
-    ("frame_length", "<i4"), ("version", "u1"), ("flags", "u1"), ("type", "<u2"), ("term_offset", "<i4"),
-    ("session_id", "<i4"), ("stream_id", "<i4"), ("term_id", "<i4"), ("reserved_value", "<i8"),
-])
+HEADER_DTYPE = np.dtype(
+    [
+        ("frame_length", "<i4"),
+        ("version", "u1"),
+        ("flags", "u1"),
+        ("type", "<u2"),
+        ("term_offset", "<i4"),
+        ("session_id", "<i4"),
+        ("stream_id", "<i4"),
+        ("term_id", "<i4"),
+        ("reserved_value", "<i8"),
+    ]
+)
 assert HEADER_DTYPE.itemsize == frames.HEADER_LENGTH
 
 
 class FramePublisher:
     """Appends messages to one exclusive publication; tracks the position itself (single writer)."""
 
-    def __init__(self, publication: ExclusivePublication, timeout_s: float, what: str,
-                 check_alive: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        publication: ExclusivePublication,
+        timeout_s: float,
+        what: str,
+        check_alive: Callable[[], None] | None = None,
+    ) -> None:
         self.publication = publication
         self.timeout_s = timeout_s
         self.what = what
@@ -61,8 +75,10 @@ class FramePublisher:
         self.initial_term_id = publication.initial_term_id
         self.max_payload = publication.max_payload_length
         self.max_message = publication.max_message_length
-        self.block_cap = max(min(MAX_BLOCK_BYTES, self.term_length // 4), frames.align(
-            publication.max_payload_length + frames.HEADER_LENGTH, frames.FRAME_ALIGNMENT))
+        self.block_cap = max(
+            min(MAX_BLOCK_BYTES, self.term_length // 4),
+            frames.align(publication.max_payload_length + frames.HEADER_LENGTH, frames.FRAME_ALIGNMENT),
+        )
         self.position = publication.position
         self._headers = np.zeros(0, dtype=HEADER_DTYPE)
         self._header_offsets = np.zeros(1, dtype=np.int32)
@@ -80,8 +96,7 @@ class FramePublisher:
         headers["session_id"] = self.publication.session_id
         headers["stream_id"] = self.publication.stream_id
         self._headers = headers
-        self._header_offsets = np.arange(0, frames.HEADER_LENGTH * (capacity + 1), frames.HEADER_LENGTH,
-                                         dtype=np.int32)
+        self._header_offsets = np.arange(0, frames.HEADER_LENGTH * (capacity + 1), frames.HEADER_LENGTH, dtype=np.int32)
         self._pad_offsets = np.zeros(capacity + 1, dtype=np.int32)
         if self._zeros.size < (frames.FRAME_ALIGNMENT - 1) * capacity:
             self._zeros = pa.py_buffer(np.zeros((frames.FRAME_ALIGNMENT - 1) * capacity, dtype=np.uint8))
@@ -101,8 +116,10 @@ class FramePublisher:
         longest = int(lengths.max())
         if longest > self.max_message:
             row = int(np.argmax(lengths))
-            raise SinkError(f"value of {longest} bytes (row {row} of the staged batch) exceeds the maximum message "
-                            f"length {self.max_message} of {self.what} (term length {self.term_length} / 8)")
+            raise SinkError(
+                f"value of {longest} bytes (row {row} of the staged batch) exceeds the maximum message "
+                f"length {self.max_message} of {self.what} (term length {self.term_length} / 8)"
+            )
         aligned = (lengths + (frames.HEADER_LENGTH + frames.FRAME_ALIGNMENT - 1)) & -frames.FRAME_ALIGNMENT
         cumulative = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(aligned, out=cumulative[1:])
@@ -113,7 +130,7 @@ class FramePublisher:
             k = int(np.searchsorted(fragmented, i)) if fragmented.size else 0
             next_fragmented = int(fragmented[k]) if k < fragmented.size else n
             if next_fragmented == i:
-                self._offer_one(data_view[offsets[i]:offsets[i + 1]], 0 if reserved is None else int(reserved[i]))
+                self._offer_one(data_view[offsets[i] : offsets[i + 1]], 0 if reserved is None else int(reserved[i]))
                 i += 1
                 continue
             term_offset = self.position & term_mask
@@ -121,7 +138,7 @@ class FramePublisher:
             end = int(np.searchsorted(cumulative, cumulative[i] + cap, side="right")) - 1
             end = min(end, next_fragmented)
             if end <= i:  # the next frame does not fit in this term: offer pads the term end and rotates
-                self._offer_one(data_view[offsets[i]:offsets[i + 1]], 0 if reserved is None else int(reserved[i]))
+                self._offer_one(data_view[offsets[i] : offsets[i + 1]], 0 if reserved is None else int(reserved[i]))
                 i += 1
                 continue
             block = self._build_block(values, lengths, aligned, cumulative, reserved, i, end, term_offset)
@@ -129,8 +146,17 @@ class FramePublisher:
             i = end
         return self.position
 
-    def _build_block(self, values: pa.Array, lengths: np.ndarray, aligned: np.ndarray, cumulative: np.ndarray,
-                     reserved: np.ndarray | None, start: int, end: int, term_offset: int) -> memoryview:
+    def _build_block(
+        self,
+        values: pa.Array,
+        lengths: np.ndarray,
+        aligned: np.ndarray,
+        cumulative: np.ndarray,
+        reserved: np.ndarray | None,
+        start: int,
+        end: int,
+        term_offset: int,
+    ) -> memoryview:
         count = end - start
         self._scratch(count)
         headers = self._headers[:count]
@@ -139,8 +165,9 @@ class FramePublisher:
         headers["term_id"] = frames.compute_term_id_from_position(self.position, self.shift, self.initial_term_id)
         headers["reserved_value"] = 0 if reserved is None else reserved[start:end]
         header_array = pa.Array.from_buffers(
-            pa.binary(), count, [None, pa.py_buffer(self._header_offsets[:count + 1]), pa.py_buffer(headers)])
-        pad_offsets = self._pad_offsets[:count + 1]
+            pa.binary(), count, [None, pa.py_buffer(self._header_offsets[: count + 1]), pa.py_buffer(headers)]
+        )
+        pad_offsets = self._pad_offsets[: count + 1]
         np.cumsum(aligned[start:end] - lengths[start:end] - frames.HEADER_LENGTH, out=pad_offsets[1:])
         pad_array = pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(pad_offsets), self._zeros])
         joined = pc.binary_join_element_wise(header_array, values.slice(start, count), pad_array, b"")
@@ -175,14 +202,18 @@ class FramePublisher:
         if result == PUBLICATION_CLOSED:
             raise SinkError(f"{self.what} was closed while publishing at position {self.position}")
         if result == MAX_POSITION_EXCEEDED:
-            raise SinkError(f"{self.what} reached its maximum position at {self.position}: the recording's term "
-                            "length is too small for this much data")
+            raise SinkError(
+                f"{self.what} reached its maximum position at {self.position}: the recording's term "
+                "length is too small for this much data"
+            )
         if result not in (NOT_CONNECTED, BACK_PRESSURED, ADMIN_ACTION):
             raise SinkError(f"unexpected offer result {result} on {self.what} at position {self.position}")
         if time.monotonic() > deadline:
             state = "not connected (no archive image)" if result == NOT_CONNECTED else "back pressured"
-            raise SinkError(f"{self.what} stayed {state} for {self.timeout_s:.1f}s at position {self.position}: "
-                            "is the archive still recording?")
+            raise SinkError(
+                f"{self.what} stayed {state} for {self.timeout_s:.1f}s at position {self.position}: "
+                "is the archive still recording?"
+            )
         spins += 1
         if spins % 64 == 0 and self.check_alive is not None:
             self.check_alive()

@@ -49,8 +49,15 @@ def staged_file_name(batch: str, partition: int, attempt: int) -> str:
     return f"b{batch}-p{partition}-a{attempt}-{uuid.uuid4().hex[:12]}.arrow"
 
 
-def stage_partition(batches: Iterator[pa.RecordBatch], layout: InputLayout, staging_dir: str, batch: str,
-                    partition: int, attempt: int, fault_dir: str | None) -> StagedPartition:
+def stage_partition(
+    batches: Iterator[pa.RecordBatch],
+    layout: InputLayout,
+    staging_dir: str,
+    batch: str,
+    partition: int,
+    attempt: int,
+    fault_dir: str | None,
+) -> StagedPartition:
     """Write every input batch (converted to the staged layout) to one IPC file; no per-row Python work."""
     os.makedirs(staging_dir, exist_ok=True)
     path = os.path.join(staging_dir, staged_file_name(batch, partition, attempt))
@@ -58,8 +65,9 @@ def stage_partition(batches: Iterator[pa.RecordBatch], layout: InputLayout, stag
     schema = staged_schema(layout)
     where = f"partition {partition} of batch {batch}"
     rows = payload = longest = 0
-    fault_rows = faults.rows_threshold(fault_dir, "write", batchId=_int_or_str(batch), partition=partition,
-                                       attempt=attempt)
+    fault_rows = faults.rows_threshold(
+        fault_dir, "write", batchId=_int_or_str(batch), partition=partition, attempt=attempt
+    )
     try:
         with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
             for batch_in in batches:
@@ -68,17 +76,18 @@ def stage_partition(batches: Iterator[pa.RecordBatch], layout: InputLayout, stag
                 staged = to_staged(batch_in, layout, schema, where)
                 writer.write_batch(staged)
                 values = staged.column(0)
-                offsets = np.frombuffer(values.buffers()[1], dtype=np.int32, count=len(values) + 1,
-                                        offset=values.offset * 4)
+                offsets = np.frombuffer(
+                    values.buffers()[1], dtype=np.int32, count=len(values) + 1, offset=values.offset * 4
+                )
                 rows += len(values)
                 payload += int(offsets[-1] - offsets[0])
                 longest = max(longest, int(np.diff(offsets).max()))
                 if fault_rows is not None and rows >= fault_rows:
-                    faults.check(fault_dir, "write", rows, batchId=_int_or_str(batch), partition=partition,
-                                 attempt=attempt)
+                    faults.check(
+                        fault_dir, "write", rows, batchId=_int_or_str(batch), partition=partition, attempt=attempt
+                    )
         os.replace(tmp, path)
-        faults.check(fault_dir, "after-stage", rows, batchId=_int_or_str(batch), partition=partition,
-                     attempt=attempt)
+        faults.check(fault_dir, "after-stage", rows, batchId=_int_or_str(batch), partition=partition, attempt=attempt)
     except BaseException:
         with suppress(OSError):
             os.remove(tmp)
@@ -96,8 +105,10 @@ def read_staged(message: StagedPartition) -> Iterable[pa.RecordBatch]:
     try:
         source = pa.memory_map(message.path, "r")
     except FileNotFoundError:
-        raise SinkError(f"staged file {message.path} of partition {message.partition} (batch {message.batch}) is "
-                        "missing: stagingLocation must be shared by executors and the driver") from None
+        raise SinkError(
+            f"staged file {message.path} of partition {message.partition} (batch {message.batch}) is "
+            "missing: stagingLocation must be shared by executors and the driver"
+        ) from None
     reader = pa.ipc.open_file(source)
     batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
     rows = sum(b.num_rows for b in batches)

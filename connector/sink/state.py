@@ -56,7 +56,7 @@ def atomic_write(path: str, data: bytes) -> None:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -83,8 +83,9 @@ def read_json(path: str) -> Any:
     except FileNotFoundError:
         return None
     except ValueError as ex:
-        raise SinkError(f"sink state file {path} is corrupt ({ex}); it was written atomically, so something "
-                        "else modified it") from None
+        raise SinkError(
+            f"sink state file {path} is corrupt ({ex}); it was written atomically, so something else modified it"
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,14 +100,26 @@ class SinkState:
     created_at: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": STATE_VERSION, "recordingId": self.recording_id, "createdBySink": self.created_by_sink,
-                "streamId": self.stream_id, "kind": self.kind, "queryId": self.query_id,
-                "createdAt": self.created_at}
+        return {
+            "version": STATE_VERSION,
+            "recordingId": self.recording_id,
+            "createdBySink": self.created_by_sink,
+            "streamId": self.stream_id,
+            "kind": self.kind,
+            "queryId": self.query_id,
+            "createdAt": self.created_at,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SinkState:
-        return cls(int(data["recordingId"]), bool(data["createdBySink"]), int(data["streamId"]), str(data["kind"]),
-                   data.get("queryId"), int(data.get("createdAt", 0)))
+        return cls(
+            int(data["recordingId"]),
+            bool(data["createdBySink"]),
+            int(data["streamId"]),
+            str(data["kind"]),
+            data.get("queryId"),
+            int(data.get("createdAt", 0)),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +132,12 @@ class Pending:
     started_at: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"batchId": self.batch_id, "recordingId": self.recording_id, "startPosition": self.start_position,
-                "startedAt": self.started_at}
+        return {
+            "batchId": self.batch_id,
+            "recordingId": self.recording_id,
+            "startPosition": self.start_position,
+            "startedAt": self.started_at,
+        }
 
 
 def load_state(state_dir: str) -> SinkState | None:
@@ -136,8 +153,9 @@ def load_pending(state_dir: str) -> Pending | None:
     data = read_json(os.path.join(state_dir, PENDING_FILE))
     if data is None:
         return None
-    return Pending(int(data["batchId"]), int(data["recordingId"]), int(data["startPosition"]),
-                   int(data.get("startedAt", 0)))
+    return Pending(
+        int(data["batchId"]), int(data["recordingId"]), int(data["startPosition"]), int(data.get("startedAt", 0))
+    )
 
 
 def save_pending(state_dir: str, pending: Pending) -> None:
@@ -172,11 +190,11 @@ def state_lock(state_dir: str, timeout_s: float) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise SinkError(f"sinkStateDir {state_dir} is locked by another commit for more than "
-                                    f"{timeout_s:.0f}s: is a second query writing with the same state?") from None
+                    raise SinkError(
+                        f"sinkStateDir {state_dir} is locked by another commit for more than "
+                        f"{timeout_s:.0f}s: is a second query writing with the same state?"
+                    ) from None
                 time.sleep(0.01)
         yield
     finally:
         os.close(fd)
-
-

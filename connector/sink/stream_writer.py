@@ -31,9 +31,11 @@ class AeronArchiveStreamWriter(DataSourceStreamArrowWriter):
 
     def __init__(self, options: Any, schema: StructType, overwrite: bool) -> None:
         if overwrite:
-            raise OptionError("the aeron-archive sink supports outputMode append only: a recording is an "
-                              "append-only log, so complete mode (rewrite the whole result every batch) does not "
-                              "apply")
+            raise OptionError(
+                "the aeron-archive sink supports outputMode append only: a recording is an "
+                "append-only log, so complete mode (rewrite the whole result every batch) does not "
+                "apply"
+            )
         self.options = parse_sink_options(options, streaming=True)
         self.layout = input_layout(schema, self.options)
 
@@ -41,20 +43,29 @@ class AeronArchiveStreamWriter(DataSourceStreamArrowWriter):
         from pyspark import TaskContext
 
         from aeron_archive_spark.connector.sink.staging import stage_partition
+
         context = TaskContext.get()
         if context is None:
             raise RuntimeError("AeronArchiveStreamWriter.write runs in a Spark task only")
         batch_id = context.getLocalProperty("streaming.sql.batchId")
         if batch_id is None:
             raise RuntimeError("Spark did not set the streaming.sql.batchId task property for this micro-batch")
-        return stage_partition(iterator, self.layout, self.options.staging_dir, str(int(batch_id)),
-                               context.partitionId(), context.attemptNumber(),
-                               self.options.state_dir or self.options.staging_dir)
+        return stage_partition(
+            iterator,
+            self.layout,
+            self.options.staging_dir,
+            str(int(batch_id)),
+            context.partitionId(),
+            context.attemptNumber(),
+            self.options.state_dir or self.options.staging_dir,
+        )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         from aeron_archive_spark.connector.sink.committer import commit_batch
+
         commit_batch(self.options, messages, batchId, str(batchId), streaming=True)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         from aeron_archive_spark.connector.sink.committer import abort_batch
+
         abort_batch(self.options, messages, str(batchId), batchId)

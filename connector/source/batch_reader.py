@@ -22,8 +22,14 @@ class DataLossError(RuntimeError):
     """A recording lost data (truncate/purge) that a position still points at, with failOnDataLoss=true."""
 
 
-def resolve_start(source: RecordingSource, descriptor: RecordingDescriptor, wanted: int, end: int, option: str,
-                  fail_on_data_loss: bool) -> int:
+def resolve_start(
+    source: RecordingSource,
+    descriptor: RecordingDescriptor,
+    wanted: int,
+    end: int,
+    option: str,
+    fail_on_data_loss: bool,
+) -> int:
     """A starting position: EARLIEST, LATEST or explicit, checked against the recording's current range."""
     rid = descriptor.recording_id
     if wanted == EARLIEST:
@@ -31,15 +37,18 @@ def resolve_start(source: RecordingSource, descriptor: RecordingDescriptor, want
     if wanted == LATEST:
         return end
     if wanted < descriptor.start_position:
-        message = (f"{option} {wanted} of recording {rid} is below its start position {descriptor.start_position} "
-                   "(truncated or purged)")
+        message = (
+            f"{option} {wanted} of recording {rid} is below its start position {descriptor.start_position} "
+            "(truncated or purged)"
+        )
         if fail_on_data_loss:
             raise DataLossError(message + "; set failOnDataLoss=false to start at the recording's start instead")
         log.warning("%s; starting at %d", message, descriptor.start_position)
         return descriptor.start_position
     if wanted > end:
-        raise ValueError(f"{option} {wanted} of recording {rid} is past its current end {end} in the "
-                         f"{source.describe()}")
+        raise ValueError(
+            f"{option} {wanted} of recording {rid} is past its current end {end} in the {source.describe()}"
+        )
     return wanted
 
 
@@ -56,16 +65,23 @@ class AeronArchiveBatchReader(ReaderBase, DataSourceReader):
             ranges = []
             for rid, descriptor in source.selected().items():
                 available = source.safe_end(descriptor)
-                start = resolve_start(source, descriptor, options.starting.for_recording(rid), available,
-                                      "startingPosition", options.fail_on_data_loss)
+                start = resolve_start(
+                    source,
+                    descriptor,
+                    options.starting.for_recording(rid),
+                    available,
+                    "startingPosition",
+                    options.fail_on_data_loss,
+                )
                 wanted_end = options.ending.for_recording(rid)
                 end = available if wanted_end == LATEST else wanted_end
                 if end > available:
-                    raise ValueError(f"endingPosition {end} of recording {rid} is past its current end "
-                                     f"{available} in the {source.describe()}")
+                    raise ValueError(
+                        f"endingPosition {end} of recording {rid} is past its current end "
+                        f"{available} in the {source.describe()}"
+                    )
                 if end < start:
-                    raise ValueError(f"endingPosition {end} of recording {rid} is before its starting position "
-                                     f"{start}")
+                    raise ValueError(f"endingPosition {end} of recording {rid} is before its starting position {start}")
                 # The last message begun before `end` is read to completion, up to the available end.
                 ranges.append((RecordingFacts.of(descriptor), start, end, available))
             if not ranges:

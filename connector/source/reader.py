@@ -98,16 +98,30 @@ class ReaderBase:
         with Catalog(partition.archive_dir, writable=False) as catalog:
             descriptor = catalog.find(partition.recording_id)
         if descriptor is None:
-            log.warning("recording %d vanished before partition %d [%d, %d) was read; skipping it",
-                        partition.recording_id, partition.index, partition.start, partition.end)
+            log.warning(
+                "recording %d vanished before partition %d [%d, %d) was read; skipping it",
+                partition.recording_id,
+                partition.index,
+                partition.start,
+                partition.end,
+            )
             return None
         if descriptor.start_position > partition.start:
             if descriptor.start_position >= partition.end:
-                log.warning("recording %d: partition [%d, %d) was purged (start is now %d); skipping it",
-                            partition.recording_id, partition.start, partition.end, descriptor.start_position)
+                log.warning(
+                    "recording %d: partition [%d, %d) was purged (start is now %d); skipping it",
+                    partition.recording_id,
+                    partition.start,
+                    partition.end,
+                    descriptor.start_position,
+                )
                 return None
-            log.warning("recording %d: data from %d to %d was purged before it was read; continuing at %d",
-                        partition.recording_id, partition.start, descriptor.start_position,
-                        descriptor.start_position)
+            log.warning(
+                "recording %d: data from %d to %d was purged before it was read; continuing at %d",
+                partition.recording_id,
+                partition.start,
+                descriptor.start_position,
+                descriptor.start_position,
+            )
             return dataclasses.replace(partition, start=descriptor.start_position)
         return partition

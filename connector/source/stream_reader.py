@@ -68,11 +68,18 @@ class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTrigg
             positions = {}
             for rid, descriptor in source.selected().items():
                 end = source.safe_end(descriptor)
-                positions[rid] = resolve_start(source, descriptor, options.starting.for_recording(rid), end,
-                                               "startingPosition", options.fail_on_data_loss)
+                positions[rid] = resolve_start(
+                    source,
+                    descriptor,
+                    options.starting.for_recording(rid),
+                    end,
+                    "startingPosition",
+                    options.fail_on_data_loss,
+                )
             self._initial = to_offset(positions)
-            log.info("initial offset of %s in the %s: %s", options.selection.describe(), source.describe(),
-                     self._initial)
+            log.info(
+                "initial offset of %s in the %s: %s", options.selection.describe(), source.describe(), self._initial
+            )
         return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -84,8 +91,9 @@ class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTrigg
         """Fix the end of the AvailableNow run: what is recorded now; later data and recordings wait."""
         source = self.source
         self._target = {rid: source.safe_end(d) for rid, d in source.selected().items()}
-        log.info("Trigger.AvailableNow: reading %s up to %s", self.options.selection.describe(),
-                 to_offset(self._target))
+        log.info(
+            "Trigger.AvailableNow: reading %s up to %s", self.options.selection.describe(), to_offset(self._target)
+        )
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         starts = from_offset(start, "start offset")
@@ -97,8 +105,11 @@ class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTrigg
         if explicit is not None:
             dropped = sorted(rid for rid in starts if rid not in explicit)
             if dropped:
-                log.warning("recording %d is in the checkpoint but not selected by %s; it is no longer read",
-                            dropped[0], self.options.selection.describe())
+                log.warning(
+                    "recording %d is in the checkpoint but not selected by %s; it is no longer read",
+                    dropped[0],
+                    self.options.selection.describe(),
+                )
             ids &= set(explicit)
         if self._target is not None:
             ids = {rid for rid in ids if rid in self._target or rid in starts}
@@ -124,8 +135,12 @@ class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTrigg
         needs = {rid: ends[rid] - begins[rid] for rid in ends}
         total = sum(needs.values())
         min_bytes = self.options.min_bytes_per_trigger
-        if (min_bytes is not None and self._target is None and 0 < total < min_bytes
-                and (time.monotonic() - self._last_trigger) * 1000 < self.options.max_trigger_delay_ms):
+        if (
+            min_bytes is not None
+            and self._target is None
+            and 0 < total < min_bytes
+            and (time.monotonic() - self._last_trigger) * 1000 < self.options.max_trigger_delay_ms
+        ):
             log.debug("%d new bytes < minBytesPerTrigger %d: skipping this trigger", total, min_bytes)
             return start
         if isinstance(limit, ReadMaxBytes) and total > limit.max_bytes:
@@ -148,8 +163,10 @@ class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTrigg
         return end
 
     def _vanished(self, rid: int, position: int) -> None:
-        message = (f"recording {rid} no longer exists in the {self.source.describe()} (checkpointed position "
-                   f"{position}): it was purged or deleted")
+        message = (
+            f"recording {rid} no longer exists in the {self.source.describe()} (checkpointed position "
+            f"{position}): it was purged or deleted"
+        )
         if self.options.fail_on_data_loss:
             raise DataLossError(message + "; set failOnDataLoss=false to carry on without it")
         log.warning("%s; carrying on without it", message)
@@ -158,15 +175,19 @@ class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTrigg
         """`begin`, or where to continue if data at `begin` was lost (failOnDataLoss=false)."""
         rid = descriptor.recording_id
         if begin < descriptor.start_position:
-            message = (f"recording {rid} was truncated or purged: its start position {descriptor.start_position} is "
-                       f"above the checkpointed position {begin}")
+            message = (
+                f"recording {rid} was truncated or purged: its start position {descriptor.start_position} is "
+                f"above the checkpointed position {begin}"
+            )
             if self.options.fail_on_data_loss:
                 raise DataLossError(message + "; set failOnDataLoss=false to continue from the new start")
             log.warning("%s; continuing from %d", message, descriptor.start_position)
             return descriptor.start_position
         if begin > available and not descriptor.is_active:
-            message = (f"recording {rid} was truncated: its stop position {descriptor.stop_position} is below the "
-                       f"checkpointed position {begin}")
+            message = (
+                f"recording {rid} was truncated: its stop position {descriptor.stop_position} is below the "
+                f"checkpointed position {begin}"
+            )
             if self.options.fail_on_data_loss:
                 raise DataLossError(message + "; set failOnDataLoss=false to continue from the new stop position")
             log.warning("%s; continuing from %d", message, available)

@@ -55,12 +55,27 @@ UNKNOWN_ENUM = "SBE_UNKNOWN"
 
 _UNSIGNED_WIDEN = {"uint8": np.int16, "uint16": np.int32, "uint32": np.int64}
 _ARROW_INT = {
-    "int8": pa.int8(), "int16": pa.int16(), "int32": pa.int32(), "int64": pa.int64(),
-    "uint8": pa.int16(), "uint16": pa.int32(), "uint32": pa.int64(), "uint64": pa.decimal128(20, 0),
+    "int8": pa.int8(),
+    "int16": pa.int16(),
+    "int32": pa.int32(),
+    "int64": pa.int64(),
+    "uint8": pa.int16(),
+    "uint16": pa.int32(),
+    "uint32": pa.int64(),
+    "uint64": pa.decimal128(20, 0),
 }
 _NUMPY_PRIMITIVE = {
-    "char": "u1", "int8": "i1", "uint8": "u1", "int16": "i2", "uint16": "u2", "int32": "i4", "uint32": "u4",
-    "int64": "i8", "uint64": "u8", "float": "f4", "double": "f8",
+    "char": "u1",
+    "int8": "i1",
+    "uint8": "u1",
+    "int16": "i2",
+    "uint16": "u2",
+    "int32": "i4",
+    "uint32": "u4",
+    "int64": "i8",
+    "uint64": "u8",
+    "float": "f4",
+    "double": "f8",
 }
 _STRUCT_TO_NUMPY = {"B": "u1", "H": "u2", "I": "u4", "Q": "u8"}
 
@@ -143,8 +158,9 @@ def resolve_message(codec: SbeCodec, name: str, option: str = "sbeMessage") -> M
         return codec.message(key)
     except CodecError:
         known = ", ".join(f"{m.name} (id {m.template_id})" for m in codec.messages)
-        raise SchemaError(f"option {option}: no message {name!r} in SBE schema {codec.source}; it has {known}") \
-            from None
+        raise SchemaError(
+            f"option {option}: no message {name!r} in SBE schema {codec.source}; it has {known}"
+        ) from None
 
 
 def _column_base_name(name: str) -> str:
@@ -165,14 +181,14 @@ def message_columns(codec: SbeCodec, message: str | int) -> list[ColumnSpec]:
         out.append(ColumnSpec(name_of(f.name), spec.name, *_fixed_kind(f), field=f))
     for v in spec.var_fields:
         kind = Kind.VAR_TEXT if v.is_text else Kind.VAR_BYTES
-        out.append(ColumnSpec(name_of(v.name), spec.name, kind, pa.string() if v.is_text else pa.binary(),
-                              var_field=v))
+        out.append(ColumnSpec(name_of(v.name), spec.name, kind, pa.string() if v.is_text else pa.binary(), var_field=v))
     seen: dict[str, str] = {}
     for col in out:
         other = seen.setdefault(col.name.lower(), col.schema_name)
         if other != col.schema_name:
-            raise SchemaError(f"SBE message {spec.name}: fields {other!r} and {col.schema_name!r} both map to "
-                              f"column {col.name!r}")
+            raise SchemaError(
+                f"SBE message {spec.name}: fields {other!r} and {col.schema_name!r} both map to column {col.name!r}"
+            )
     return out
 
 
@@ -213,13 +229,20 @@ def header_dtype(codec: SbeCodec) -> np.dtype:
             offset += repeat
             continue
         for _ in range(repeat):
-            members.append((offset, order.replace("!", ">").replace("@", "<").replace("=", "<")
-                            + _STRUCT_TO_NUMPY[code]))
+            members.append(
+                (offset, order.replace("!", ">").replace("@", "<").replace("=", "<") + _STRUCT_TO_NUMPY[code])
+            )
             offset += np.dtype(_STRUCT_TO_NUMPY[code]).itemsize
     names = ("block_length", "template_id", "schema_id", "version")
     idx = codec._header_idx
-    return np.dtype({"names": list(names), "formats": [members[i][1] for i in idx],
-                     "offsets": [members[i][0] for i in idx], "itemsize": codec.header_length})
+    return np.dtype(
+        {
+            "names": list(names),
+            "formats": [members[i][1] for i in idx],
+            "offsets": [members[i][0] for i in idx],
+            "itemsize": codec.header_length,
+        }
+    )
 
 
 def wire_dtype(codec: SbeCodec, f: FieldSpec) -> np.dtype:
@@ -259,8 +282,11 @@ def fixed_to_arrow(col: ColumnSpec, raw: np.ndarray, absent: np.ndarray | None =
         assert f.enum is not None
         return enum_to_arrow(values, f.enum.values, f.enum.null_value, null)
     if f.optional:
-        is_null = np.isnan(values) if col.kind is Kind.FLOAT and isinstance(f.null_value, float) and \
-            np.isnan(f.null_value) else values == values.dtype.type(f.null_value)
+        is_null = (
+            np.isnan(values)
+            if col.kind is Kind.FLOAT and isinstance(f.null_value, float) and np.isnan(f.null_value)
+            else values == values.dtype.type(f.null_value)
+        )
         null = is_null if null is None else (null | is_null)
     mask = _mask_or_none(null)
     if f.primitive_type == "uint64":
@@ -271,8 +297,9 @@ def fixed_to_arrow(col: ColumnSpec, raw: np.ndarray, absent: np.ndarray | None =
     return pa.array(values, type=col.arrow_type, mask=mask)
 
 
-def enum_to_arrow(codes: np.ndarray, values: Mapping[str, int], null_value: int,
-                  null: np.ndarray | None = None) -> pa.Array:
+def enum_to_arrow(
+    codes: np.ndarray, values: Mapping[str, int], null_value: int, null: np.ndarray | None = None
+) -> pa.Array:
     """Enum codes to their names: one searchsorted over the schema's values and one Arrow take."""
     items = sorted(values.items(), key=lambda kv: kv[1])
     known = np.array([v for _, v in items], dtype=np.int64)
@@ -287,8 +314,9 @@ def enum_to_arrow(codes: np.ndarray, values: Mapping[str, int], null_value: int,
     return names.take(pa.array(idx, type=pa.int32(), mask=_mask_or_none(mask)))
 
 
-def fixed_bytes_to_arrow(matrix: np.ndarray, text: bool, encoding: str | None, absent: np.ndarray | None,
-                         column: str) -> pa.Array:
+def fixed_bytes_to_arrow(
+    matrix: np.ndarray, text: bool, encoding: str | None, absent: np.ndarray | None, column: str
+) -> pa.Array:
     """An (n, length) byte matrix to strings cut at the first NUL, or to binaries of all `length` bytes."""
     n, width = matrix.shape
     if text:
@@ -319,10 +347,14 @@ def binary_layout(values: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]
         raise TypeError(f"expected a binary or string array, got {values.type}")
     n = len(values)
     buffers = values.buffers()
-    offsets = np.frombuffer(buffers[1], dtype=offset_type, count=n + 1,
-                            offset=values.offset * np.dtype(offset_type).itemsize).astype(np.int64)
-    data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None and buffers[2].size \
+    offsets = np.frombuffer(
+        buffers[1], dtype=offset_type, count=n + 1, offset=values.offset * np.dtype(offset_type).itemsize
+    ).astype(np.int64)
+    data = (
+        np.frombuffer(buffers[2], dtype=np.uint8)
+        if buffers[2] is not None and buffers[2].size
         else np.zeros(0, dtype=np.uint8)
+    )
     return offsets[:-1], np.diff(offsets), data
 
 
@@ -337,15 +369,21 @@ def gather_bytes(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> t
     if total == 0:
         return np.empty(0, dtype=np.uint8), offsets.astype(np.int32)
     if len(lengths) and np.all(starts[1:] == starts[:-1] + lengths[:-1]):
-        out = data[int(starts[0]):int(starts[0]) + total]  # already contiguous: one slice
+        out = data[int(starts[0]) : int(starts[0]) + total]  # already contiguous: one slice
     else:
         index = np.repeat(starts.astype(np.int64) - offsets[:-1], lengths) + np.arange(total, dtype=np.int64)
         out = data[index]
     return np.ascontiguousarray(out), offsets.astype(np.int32)
 
 
-def bytes_to_arrow(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, encoding: str | None,
-                   null: np.ndarray | None, column: str) -> pa.Array:
+def bytes_to_arrow(
+    data: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    encoding: str | None,
+    null: np.ndarray | None,
+    column: str,
+) -> pa.Array:
     """A string (if `encoding`) or binary Arrow array of byte ranges of `data`; rows in `null` are null.
 
     Text is validated once for the whole array; only if that fails are rows decoded one by one with
@@ -355,17 +393,20 @@ def bytes_to_arrow(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, en
     return _byte_array(len(lengths), offsets, body, encoding, null, column)
 
 
-def _byte_array(n: int, offsets: np.ndarray, body: np.ndarray, encoding: str | None, null: np.ndarray | None,
-                column: str) -> pa.Array:
+def _byte_array(
+    n: int, offsets: np.ndarray, body: np.ndarray, encoding: str | None, null: np.ndarray | None, column: str
+) -> pa.Array:
     if offsets[-1] >= 2**31:
-        raise SbeDecodeError(f"column {column}: {int(offsets[-1])} bytes in one batch exceed Arrow's 2 GiB "
-                             "binary limit")
+        raise SbeDecodeError(
+            f"column {column}: {int(offsets[-1])} bytes in one batch exceed Arrow's 2 GiB binary limit"
+        )
     offsets = offsets.astype(np.int32)
     mask = _mask_or_none(null)
     validity = None if mask is None else pa.array(~mask, type=pa.bool_()).buffers()[1]
     arrow_type = pa.string() if encoding is not None else pa.binary()
-    arr = pa.Array.from_buffers(arrow_type, n, [validity, pa.py_buffer(offsets), pa.py_buffer(body)],
-                                null_count=-1 if mask is not None else 0)
+    arr = pa.Array.from_buffers(
+        arrow_type, n, [validity, pa.py_buffer(offsets), pa.py_buffer(body)], null_count=-1 if mask is not None else 0
+    )
     if encoding is None:
         return arr
     if encoding in ("ascii", "utf-8"):
@@ -378,10 +419,10 @@ def _byte_array(n: int, offsets: np.ndarray, body: np.ndarray, encoding: str | N
             except pa.ArrowInvalid:
                 pass
     log.debug("column %s: text needs per-row decoding (%s)", column, encoding)
-    raw = pa.Array.from_buffers(pa.binary(), n, [validity, pa.py_buffer(offsets), pa.py_buffer(body)],
-                                null_count=-1 if mask is not None else 0)
-    return pa.array([None if b is None else b.decode(encoding, "replace") for b in raw.to_pylist()],
-                    type=pa.string())
+    raw = pa.Array.from_buffers(
+        pa.binary(), n, [validity, pa.py_buffer(offsets), pa.py_buffer(body)], null_count=-1 if mask is not None else 0
+    )
+    return pa.array([None if b is None else b.decode(encoding, "replace") for b in raw.to_pylist()], type=pa.string())
 
 
 def constant_to_arrow(col: ColumnSpec, n: int) -> pa.Array:

@@ -107,8 +107,11 @@ class SbeDecoder:
             self._fields.append(pa.field(MESSAGE_COLUMN, pa.string(), nullable=True))
             index[MESSAGE_COLUMN.lower()] = 0
         for spec, cols in per_message:
-            plan = _Plan(spec, self._codec.numpy_dtype(spec.template_id),
-                         max((f.since_version for f in spec.fields if not f.is_constant), default=0))
+            plan = _Plan(
+                spec,
+                self._codec.numpy_dtype(spec.template_id),
+                max((f.since_version for f in spec.fields if not f.is_constant), default=0),
+            )
             for col in cols:
                 name = f"{spec.name}_{col.name}" if col.name.lower() in clashing else col.name
                 out = index.get(name.lower())
@@ -116,8 +119,10 @@ class SbeDecoder:
                     out = index[name.lower()] = len(self._fields)
                     self._fields.append(pa.field(name, col.arrow_type, nullable=True))
                 elif self._fields[out].type != col.arrow_type:
-                    raise SchemaError(f"option sbeSchema: column {name!r} of message {spec.name} has type "
-                                      f"{col.arrow_type}, another message's has {self._fields[out].type}")
+                    raise SchemaError(
+                        f"option sbeSchema: column {name!r} of message {spec.name} has type "
+                        f"{col.arrow_type}, another message's has {self._fields[out].type}"
+                    )
                 if col.kind is Kind.CONSTANT:
                     plan.constants.append((out, col))
                 elif col.is_fixed:
@@ -157,8 +162,11 @@ class SbeDecoder:
         else:
             templates = np.unique(present)
         for template_id in templates:
-            rows = np.arange(n) if len(present) == n and len(templates) == 1 else \
-                np.flatnonzero(candidates & (template_ids == template_id))
+            rows = (
+                np.arange(n)
+                if len(present) == n and len(templates) == 1
+                else np.flatnonzero(candidates & (template_ids == template_id))
+            )
             plan = self._plans.get(int(template_id))
             if plan is None:
                 reason[rows] = _TEMPLATE
@@ -171,15 +179,29 @@ class SbeDecoder:
                 raise SbeDecodeError(
                     f"recording {recording_id}: cannot decode the SBE message at position {int(positions[row])}: "
                     f"{self._explain(int(reason[row]), row, header, starts, lengths, data)} (schema "
-                    f"{self._codec.source}; option sbe.onError=null gives null columns instead)")
-            log.warning("recording %d: %d of %d payloads are not decodable SBE messages (first at position %d); "
-                        "their decoded columns are null (sbe.onError=null)", recording_id, bad.size, n,
-                        int(positions[int(bad[0])]))
+                    f"{self._codec.source}; option sbe.onError=null gives null columns instead)"
+                )
+            log.warning(
+                "recording %d: %d of %d payloads are not decodable SBE messages (first at position %d); "
+                "their decoded columns are null (sbe.onError=null)",
+                recording_id,
+                bad.size,
+                n,
+                int(positions[int(bad[0])]),
+            )
         return [_assemble(p, n, f.type) for p, f in zip(pieces, self._fields, strict=True)]
 
-    def _decode_template(self, plan: _Plan, rows: np.ndarray, header: np.ndarray, starts: np.ndarray,
-                         lengths: np.ndarray, data: np.ndarray, reason: np.ndarray,
-                         pieces: list[list[tuple[np.ndarray, pa.Array]]]) -> None:
+    def _decode_template(
+        self,
+        plan: _Plan,
+        rows: np.ndarray,
+        header: np.ndarray,
+        starts: np.ndarray,
+        lengths: np.ndarray,
+        data: np.ndarray,
+        reason: np.ndarray,
+        pieces: list[list[tuple[np.ndarray, pa.Array]]],
+    ) -> None:
         hl = self._header_length
         block_length = header["block_length"][rows].astype(np.int64)
         version = header["version"][rows].astype(np.int64)
@@ -195,9 +217,14 @@ class SbeDecoder:
             present = version >= v.since_version
             readable = present & ~bad & (cursor + v.length_size <= row_end)
             bad |= present & ~bad & ~readable
-            prefix = _records(data, np.where(readable, cursor, 0), np.where(readable, v.length_size, 0),
-                              v.length_size, np.dtype(self._codec.byte_order + f"u{v.length_size}"),
-                              all_valid=bool(readable.all()))
+            prefix = _records(
+                data,
+                np.where(readable, cursor, 0),
+                np.where(readable, v.length_size, 0),
+                v.length_size,
+                np.dtype(self._codec.byte_order + f"u{v.length_size}"),
+                all_valid=bool(readable.all()),
+            )
             n_bytes = np.where(readable, prefix.astype(np.int64), 0)
             data_start = cursor + v.length_size
             overflow = readable & ((n_bytes > v.max_length) | (data_start + n_bytes > row_end))
@@ -223,8 +250,9 @@ class SbeDecoder:
         if complete:
             records = _records(data, block_starts, np.full(k, spec_length), spec_length, plan.dtype, all_valid=True)
         else:
-            records = _records(data, block_starts, np.minimum(good_block, spec_length), spec_length, plan.dtype,
-                               all_valid=False)
+            records = _records(
+                data, block_starts, np.minimum(good_block, spec_length), spec_length, plan.dtype, all_valid=False
+            )
         for out, col in plan.fixed:
             f = col.field
             assert f is not None
@@ -236,29 +264,40 @@ class SbeDecoder:
             absent = ~present[good]
             assert col.var_field is not None
             encoding = col.var_field.text_encoding if col.kind is Kind.VAR_TEXT else None
-            pieces[out].append((out_rows, bytes_to_arrow(data, data_start[good], n_bytes[good], encoding,
-                                                         absent if absent.any() else None, col.name)))
+            pieces[out].append(
+                (
+                    out_rows,
+                    bytes_to_arrow(
+                        data, data_start[good], n_bytes[good], encoding, absent if absent.any() else None, col.name
+                    ),
+                )
+            )
         if self._multi:
             pieces[0].append((out_rows, pa.repeat(pa.scalar(plan.spec.name, type=pa.string()), k)))
 
-    def _explain(self, code: int, row: int, header: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
-                 data: np.ndarray) -> str:
+    def _explain(
+        self, code: int, row: int, header: np.ndarray, starts: np.ndarray, lengths: np.ndarray, data: np.ndarray
+    ) -> str:
         length = int(lengths[row])
         if code == _SHORT_HEADER:
             return f"payload of {length} bytes is shorter than the {self._header_length}-byte SBE message header"
         template_id = int(header["template_id"][row])
         if code == _SCHEMA_ID:
-            return (f"schema id {int(header['schema_id'][row])} (template id {template_id}) differs from the "
-                    f"schema's id {self._codec.schema_id}")
+            return (
+                f"schema id {int(header['schema_id'][row])} (template id {template_id}) differs from the "
+                f"schema's id {self._codec.schema_id}"
+            )
         if code == _TEMPLATE:
             if self._message is not None:
                 other = next((m.name for m in self._codec.messages if m.template_id == template_id), None)
                 what = f"message {other}" if other else "not in the schema"
-                return (f"template id {template_id} ({what}) is not sbeMessage={self._message.name} "
-                        f"(template id {self._message.template_id})")
+                return (
+                    f"template id {template_id} ({what}) is not sbeMessage={self._message.name} "
+                    f"(template id {self._message.template_id})"
+                )
             known = ", ".join(f"{m.name}={m.template_id}" for m in self._codec.messages)
             return f"unknown template id {template_id} (schema templates: {known})"
-        payload = data[int(starts[row]):int(starts[row]) + length].tobytes()
+        payload = data[int(starts[row]) : int(starts[row]) + length].tobytes()
         try:
             self._codec.decode(payload)
         except CodecError as ex:
@@ -266,8 +305,9 @@ class SbeDecoder:
         return f"truncated or malformed message ({length} bytes, block length {int(header['block_length'][row])})"
 
 
-def _records(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, width: int, dtype: np.dtype,
-             all_valid: bool) -> np.ndarray:
+def _records(
+    data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, width: int, dtype: np.dtype, all_valid: bool
+) -> np.ndarray:
     """`width`-byte records at `starts` viewed as `dtype`; bytes past a row's `lengths` read as zero.
 
     Zero-copy strided view when every row is whole and rows are equally spaced (fixed-size messages back to
@@ -279,8 +319,11 @@ def _records(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, width: i
     if all_valid and data.size:
         first = int(starts[0])
         stride = int(starts[1] - starts[0]) if k > 1 else width
-        if stride >= width and first + (k - 1) * stride + width <= data.size and \
-                (k == 1 or bool(np.all(np.diff(starts) == stride))):
+        if (
+            stride >= width
+            and first + (k - 1) * stride + width <= data.size
+            and (k == 1 or bool(np.all(np.diff(starts) == stride)))
+        ):
             return np.ndarray((k,), dtype=dtype, buffer=data, offset=first, strides=(stride,))
     columns = np.arange(width, dtype=np.int64)
     index = starts.astype(np.int64)[:, None] + columns

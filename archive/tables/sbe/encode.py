@@ -51,15 +51,28 @@ log = logging.getLogger(__name__)
 
 _HEADER_PREFIX = "\0header_"
 _INT_RANGE = {
-    "int8": (-(1 << 7), (1 << 7) - 1), "int16": (-(1 << 15), (1 << 15) - 1),
-    "int32": (-(1 << 31), (1 << 31) - 1), "int64": (-(1 << 63), (1 << 63) - 1),
-    "uint8": (0, (1 << 8) - 1), "uint16": (0, (1 << 16) - 1), "uint32": (0, (1 << 32) - 1),
-    "uint64": (0, (1 << 64) - 1), "char": (0, (1 << 8) - 1),
+    "int8": (-(1 << 7), (1 << 7) - 1),
+    "int16": (-(1 << 15), (1 << 15) - 1),
+    "int32": (-(1 << 31), (1 << 31) - 1),
+    "int64": (-(1 << 63), (1 << 63) - 1),
+    "uint8": (0, (1 << 8) - 1),
+    "uint16": (0, (1 << 16) - 1),
+    "uint32": (0, (1 << 32) - 1),
+    "uint64": (0, (1 << 64) - 1),
+    "char": (0, (1 << 8) - 1),
 }
 _ARROW_WIRE = {
-    "int8": pa.int8(), "int16": pa.int16(), "int32": pa.int32(), "int64": pa.int64(), "uint8": pa.uint8(),
-    "uint16": pa.uint16(), "uint32": pa.uint32(), "uint64": pa.uint64(), "char": pa.uint8(),
-    "float": pa.float32(), "double": pa.float64(),
+    "int8": pa.int8(),
+    "int16": pa.int16(),
+    "int32": pa.int32(),
+    "int64": pa.int64(),
+    "uint8": pa.uint8(),
+    "uint16": pa.uint16(),
+    "uint32": pa.uint32(),
+    "uint64": pa.uint64(),
+    "char": pa.uint8(),
+    "float": pa.float32(),
+    "double": pa.float64(),
 }
 
 
@@ -91,10 +104,15 @@ class SbeEncoder:
                 names.append(col.attr)
                 formats.append(wire_dtype(codec, col.field))
                 offsets.append(hl + col.field.offset)
-        self._dtype = np.dtype({"names": names, "formats": formats, "offsets": offsets,
-                                "itemsize": hl + self._spec.block_length})
-        self._header_values = {"block_length": self._spec.block_length, "template_id": self._spec.template_id,
-                               "schema_id": codec.schema_id, "version": codec.schema_version}
+        self._dtype = np.dtype(
+            {"names": names, "formats": formats, "offsets": offsets, "itemsize": hl + self._spec.block_length}
+        )
+        self._header_values = {
+            "block_length": self._spec.block_length,
+            "template_id": self._spec.template_id,
+            "schema_id": codec.schema_id,
+            "version": codec.schema_version,
+        }
 
     @property
     def message(self) -> str:
@@ -119,7 +137,8 @@ class SbeEncoder:
             if key not in self._by_name:
                 raise SbeEncodeError(
                     f"column {name!r} is not a field of SBE message {self._spec.name} (schema "
-                    f"{self._codec.source}); its columns are: {', '.join(self.input_columns)}")
+                    f"{self._codec.source}); its columns are: {', '.join(self.input_columns)}"
+                )
             if key in given:
                 raise SbeEncodeError(f"column {name!r} appears twice (column names are case-insensitive)")
             given[key] = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
@@ -140,8 +159,10 @@ class SbeEncoder:
         if not var_parts:
             offsets = np.arange(n + 1, dtype=np.int64) * self._dtype.itemsize
             if offsets[-1] >= 2**31:
-                raise SbeEncodeError(f"{int(offsets[-1])} bytes of SBE messages in one batch exceed Arrow's 2 GiB "
-                                     "binary limit; write smaller batches")
+                raise SbeEncodeError(
+                    f"{int(offsets[-1])} bytes of SBE messages in one batch exceed Arrow's 2 GiB "
+                    "binary limit; write smaller batches"
+                )
             return _binary_array(n, offsets, fixed)
         return self._with_var_data(records, var_parts, n)
 
@@ -151,10 +172,13 @@ class SbeEncoder:
         f = col.field
         assert f is not None
         if col.kind in (Kind.TEXT, Kind.BYTES) or f.optional:
-            return np.full(n, f.null_value if not isinstance(f.null_value, str | bytes) else b"",
-                           dtype=wire_dtype(self._codec, f))
-        raise SbeEncodeError(f"missing column {col.name!r}: required field {f.name} of SBE message "
-                             f"{self._spec.name} (columns: {', '.join(self.input_columns)})")
+            return np.full(
+                n, f.null_value if not isinstance(f.null_value, str | bytes) else b"", dtype=wire_dtype(self._codec, f)
+            )
+        raise SbeEncodeError(
+            f"missing column {col.name!r}: required field {f.name} of SBE message "
+            f"{self._spec.name} (columns: {', '.join(self.input_columns)})"
+        )
 
     def _fixed(self, col: ColumnSpec, arr: pa.Array | None, n: int) -> np.ndarray:
         if arr is None:
@@ -171,8 +195,10 @@ class SbeEncoder:
             return arr
         if not allowed:
             row = int(np.flatnonzero(~np.asarray(arr.is_valid().to_numpy(zero_copy_only=False)))[0])
-            raise SbeEncodeError(f"column {col.name!r} is null at row {row}, but field {col.schema_name} of SBE "
-                                 f"message {self._spec.name} is required (not presence=optional)")
+            raise SbeEncodeError(
+                f"column {col.name!r} is null at row {row}, but field {col.schema_name} of SBE "
+                f"message {self._spec.name} is required (not presence=optional)"
+            )
         return pc.fill_null(arr, pa.scalar(fill, type=arr.type))
 
     def _numbers(self, col: ColumnSpec, arr: pa.Array) -> np.ndarray:
@@ -183,8 +209,10 @@ class SbeEncoder:
         numeric = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
         if not numeric or (col.kind is not Kind.FLOAT and pa.types.is_floating(t)):
             want = "a number" if col.kind is Kind.FLOAT else "an integer (or decimal for uint64)"
-            raise SbeEncodeError(f"column {col.name!r} has type {t}; field {col.schema_name} ({primitive}) of SBE "
-                                 f"message {self._spec.name} takes {want}")
+            raise SbeEncodeError(
+                f"column {col.name!r} has type {t}; field {col.schema_name} ({primitive}) of SBE "
+                f"message {self._spec.name} takes {want}"
+            )
         if col.kind is Kind.FLOAT:
             arr = self._null_fill(col, arr.cast(pa.float64()), f.optional, float(f.null_value))
             return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=np.float64)
@@ -197,13 +225,16 @@ class SbeEncoder:
             lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
             if lo is not None and (lo < low or hi > high):
                 bad = lo if lo < low else hi
-                raise SbeEncodeError(f"column {col.name!r}: value {bad} does not fit field {col.schema_name} "
-                                     f"({primitive}, {low}..{high}) of SBE message {self._spec.name}")
+                raise SbeEncodeError(
+                    f"column {col.name!r}: value {bad} does not fit field {col.schema_name} "
+                    f"({primitive}, {low}..{high}) of SBE message {self._spec.name}"
+                )
         try:
             wire = arr.cast(_ARROW_WIRE[primitive], safe=True)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as ex:
-            raise SbeEncodeError(f"column {col.name!r} ({t}) cannot be encoded as {primitive} for field "
-                                 f"{col.schema_name}: {ex}") from None
+            raise SbeEncodeError(
+                f"column {col.name!r} ({t}) cannot be encoded as {primitive} for field {col.schema_name}: {ex}"
+            ) from None
         out: np.ndarray = wire.to_numpy(zero_copy_only=False)
         return out
 
@@ -217,8 +248,10 @@ class SbeEncoder:
             unknown = pc.and_(pc.is_null(index), arr.is_valid())
             if pc.any(unknown).as_py():
                 row = int(np.flatnonzero(np.asarray(unknown.to_numpy(zero_copy_only=False)))[0])
-                raise SbeEncodeError(f"column {col.name!r}: {arr[row].as_py()!r} at row {row} is not a "
-                                     f"{enum.name} value ({', '.join(enum.values)})")
+                raise SbeEncodeError(
+                    f"column {col.name!r}: {arr[row].as_py()!r} at row {row} is not a "
+                    f"{enum.name} value ({', '.join(enum.values)})"
+                )
             codes = np.array(list(enum.values.values()), dtype=np.int64)
             idx = index.fill_null(0).to_numpy(zero_copy_only=False)
             out = codes[idx] if len(codes) else np.zeros(len(arr), dtype=np.int64)
@@ -228,11 +261,15 @@ class SbeEncoder:
             valid = np.isin(values, np.array([*enum.values.values(), enum.null_value], dtype=np.int64))
             if not valid.all():
                 row = int(np.flatnonzero(~valid)[0])
-                raise SbeEncodeError(f"column {col.name!r}: {int(values[row])} at row {row} is not a {enum.name} "
-                                     f"code ({', '.join(f'{k}={v}' for k, v in enum.values.items())})")
+                raise SbeEncodeError(
+                    f"column {col.name!r}: {int(values[row])} at row {row} is not a {enum.name} "
+                    f"code ({', '.join(f'{k}={v}' for k, v in enum.values.items())})"
+                )
             return values
-        raise SbeEncodeError(f"column {col.name!r} has type {arr.type}; enum field {col.schema_name} ({enum.name}) "
-                             "takes value names (string) or codes (integer)")
+        raise SbeEncodeError(
+            f"column {col.name!r} has type {arr.type}; enum field {col.schema_name} ({enum.name}) "
+            "takes value names (string) or codes (integer)"
+        )
 
     def _fixed_bytes(self, col: ColumnSpec, arr: pa.Array, n: int) -> np.ndarray:
         f = col.field
@@ -241,21 +278,26 @@ class SbeEncoder:
         too_long = lengths > f.length
         if too_long.any():
             row = int(np.flatnonzero(too_long)[0])
-            raise SbeEncodeError(f"column {col.name!r}: {int(lengths[row])} bytes at row {row} exceed the "
-                                 f"{f.length} of field {col.schema_name} of SBE message {self._spec.name}")
+            raise SbeEncodeError(
+                f"column {col.name!r}: {int(lengths[row])} bytes at row {row} exceed the "
+                f"{f.length} of field {col.schema_name} of SBE message {self._spec.name}"
+            )
         body, _ = gather_bytes(data, starts, lengths)
         matrix = np.zeros((n, f.length), dtype=np.uint8)
         matrix[np.arange(f.length) < lengths[:, None]] = body
         return matrix.view(f"S{f.length}").reshape(n)
 
-    def _byte_column(self, col: ColumnSpec, arr: pa.Array, encoding: str | None
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _byte_column(
+        self, col: ColumnSpec, arr: pa.Array, encoding: str | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(starts, lengths, data) of a string/binary column; nulls are empty; text encoded and checked."""
         t = arr.type
         is_text = pa.types.is_string(t) or pa.types.is_large_string(t)
         if not (is_text or pa.types.is_binary(t) or pa.types.is_large_binary(t)):
-            raise SbeEncodeError(f"column {col.name!r} has type {t}; field {col.schema_name} of SBE message "
-                                 f"{self._spec.name} takes {'string' if encoding else 'binary'} values")
+            raise SbeEncodeError(
+                f"column {col.name!r} has type {t}; field {col.schema_name} of SBE message "
+                f"{self._spec.name} takes {'string' if encoding else 'binary'} values"
+            )
         if is_text and encoding not in (None, "utf-8", "ascii"):
             arr = pa.array([None if s is None else s.encode(encoding) for s in arr.to_pylist()], type=pa.binary())
         if len(arr) == 0:
@@ -269,8 +311,10 @@ class SbeEncoder:
             high = np.flatnonzero(body >= 0x80)
             if high.size:
                 row = int(np.searchsorted(offsets, high[0], side="right") - 1)
-                raise SbeEncodeError(f"column {col.name!r}: {arr[row].as_py()!r} at row {row} is not US-ASCII, "
-                                     f"as field {col.schema_name} of SBE message {self._spec.name} requires")
+                raise SbeEncodeError(
+                    f"column {col.name!r}: {arr[row].as_py()!r} at row {row} is not US-ASCII, "
+                    f"as field {col.schema_name} of SBE message {self._spec.name} requires"
+                )
         return starts, lengths, data
 
     def _check_constant(self, col: ColumnSpec, arr: pa.Array) -> None:
@@ -281,8 +325,10 @@ class SbeEncoder:
             expected = next((k for k, v in f.enum.values.items() if v == f.constant), f.constant)
         distinct = [v for v in pc.unique(arr.drop_null()).to_pylist() if v != expected]
         if distinct:
-            raise SbeEncodeError(f"column {col.name!r}: field {col.schema_name} of SBE message {self._spec.name} "
-                                 f"is the constant {expected!r}, got {distinct[0]!r} (omit the column)")
+            raise SbeEncodeError(
+                f"column {col.name!r}: field {col.schema_name} of SBE message {self._spec.name} "
+                f"is the constant {expected!r}, got {distinct[0]!r} (omit the column)"
+            )
 
     # ---- var fields -------------------------------------------------------------------------------------------
 
@@ -292,17 +338,21 @@ class SbeEncoder:
         if arr is None:
             zeros = np.zeros(n, dtype=np.int64)
             return zeros, zeros, np.zeros(0, dtype=np.uint8)
-        starts, lengths, data = self._byte_column(col, arr, v.text_encoding or ("utf-8" if col.kind is Kind.VAR_TEXT
-                                                                                else None))
+        starts, lengths, data = self._byte_column(
+            col, arr, v.text_encoding or ("utf-8" if col.kind is Kind.VAR_TEXT else None)
+        )
         too_long = lengths > v.max_length
         if too_long.any():
             row = int(np.flatnonzero(too_long)[0])
-            raise SbeEncodeError(f"column {col.name!r}: {int(lengths[row])} bytes at row {row} exceed the maximum "
-                                 f"{v.max_length} of var field {col.schema_name} of SBE message {self._spec.name}")
+            raise SbeEncodeError(
+                f"column {col.name!r}: {int(lengths[row])} bytes at row {row} exceed the maximum "
+                f"{v.max_length} of var field {col.schema_name} of SBE message {self._spec.name}"
+            )
         return starts, lengths, data
 
-    def _with_var_data(self, records: np.ndarray, var_parts: list[tuple[ColumnSpec, np.ndarray, np.ndarray,
-                                                                          np.ndarray]], n: int) -> pa.BinaryArray:
+    def _with_var_data(
+        self, records: np.ndarray, var_parts: list[tuple[ColumnSpec, np.ndarray, np.ndarray, np.ndarray]], n: int
+    ) -> pa.BinaryArray:
         """Lay out header+block, then each var field's length prefix and bytes, per row, by index arithmetic."""
         fixed_size = self._dtype.itemsize
         sizes = np.full(n, fixed_size, dtype=np.int64)
@@ -312,8 +362,10 @@ class SbeEncoder:
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(sizes, out=offsets[1:])
         if offsets[-1] >= 2**31:
-            raise SbeEncodeError(f"{int(offsets[-1])} bytes of SBE messages in one batch exceed Arrow's 2 GiB "
-                                 "binary limit; write smaller batches")
+            raise SbeEncodeError(
+                f"{int(offsets[-1])} bytes of SBE messages in one batch exceed Arrow's 2 GiB "
+                "binary limit; write smaller batches"
+            )
         out = np.empty(int(offsets[-1]), dtype=np.uint8)
         row_start = offsets[:-1]
         out[row_start[:, None] + np.arange(fixed_size)] = records.view(np.uint8).reshape(n, fixed_size)
@@ -332,11 +384,16 @@ class SbeEncoder:
 
 
 def _binary_array(n: int, offsets: np.ndarray, data: np.ndarray) -> pa.BinaryArray:
-    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)),
-                                                  pa.py_buffer(np.ascontiguousarray(data))], null_count=0)
+    return pa.Array.from_buffers(
+        pa.binary(),
+        n,
+        [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(np.ascontiguousarray(data))],
+        null_count=0,
+    )
 
 
-def encode_batch(schema: str | SbeCodec, message: str, batch: pa.RecordBatch | pa.Table,
-                 ignore_columns: Iterable[str] = ()) -> pa.BinaryArray:
+def encode_batch(
+    schema: str | SbeCodec, message: str, batch: pa.RecordBatch | pa.Table, ignore_columns: Iterable[str] = ()
+) -> pa.BinaryArray:
     """One-shot form of `SbeEncoder(schema, message, ignore_columns).encode(batch)`."""
     return SbeEncoder(schema, message, ignore_columns).encode(batch)
