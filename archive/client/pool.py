@@ -40,7 +40,7 @@ Fork: a forked child (multiprocessing 'fork', PySpark's daemon forking its worke
 but not the threads behind them, and they are the parent's: the child forgets them and opens its own on first
 use. It never closes them, not even by dropping the last reference: the embedded driver's destructor would shut
 the PARENT's driver down and delete its directory, and the C client's close belongs to the parent too. So
-inherited objects are kept referenced for the child's whole life (`_INHERITED`). The pool's lock is replaced in the
+inherited objects are abandoned (`archive.native.fork.abandon_after_fork`). The pool's lock is replaced in the
 child (another thread may have held it at the fork). At interpreter exit every pool of this process closes its
 sessions, clients and embedded driver (one atexit hook).
 
@@ -65,7 +65,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -82,6 +82,11 @@ WILDCARD_HOST = "0.0.0.0"
 # Idle sessions kept per process, and how long one may wait idle (Spark's Kafka consumer cache defaults).
 DEFAULT_CAPACITY = 64
 DEFAULT_IDLE_TIMEOUT_S = 300.0
+# The process-wide pool's settings, from the environment: executors get them with Spark's
+# `spark.executorEnv.<NAME>` (and `spark.yarn.appMasterEnv.<NAME>` / the driver's own environment for the driver),
+# as Python workers cannot read Spark's configuration.
+CAPACITY_ENV = "AERON_ARCHIVE_SPARK_POOL_CAPACITY"
+IDLE_TIMEOUT_ENV = "AERON_ARCHIVE_SPARK_POOL_IDLE_TIMEOUT_S"
 
 SignalConsumer = Callable[[RecordingSignalEvent], None]
 
@@ -523,8 +528,30 @@ def _close_all(archives: list[AeronArchive]) -> None:
             log.debug("closing archive session %d: %s", archive.control_session_id, ex)
 
 
+def settings_from_env(environ: Mapping[str, str]) -> tuple[int, float]:
+    """(capacity, idle timeout in seconds) from `CAPACITY_ENV` / `IDLE_TIMEOUT_ENV`, else the defaults."""
+    capacity, idle_timeout_s = DEFAULT_CAPACITY, DEFAULT_IDLE_TIMEOUT_S
+    raw = environ.get(CAPACITY_ENV)
+    if raw is not None:
+        try:
+            capacity = int(raw)
+        except ValueError:
+            capacity = -1
+        if capacity < 0:
+            raise ValueError(f"{CAPACITY_ENV}={raw!r}: expected a whole number of idle sessions >= 0")
+    raw = environ.get(IDLE_TIMEOUT_ENV)
+    if raw is not None:
+        try:
+            idle_timeout_s = float(raw)
+        except ValueError:
+            idle_timeout_s = -1.0
+        if not idle_timeout_s >= 0:  # also NaN
+            raise ValueError(f"{IDLE_TIMEOUT_ENV}={raw!r}: expected a number of seconds >= 0")
+    return capacity, idle_timeout_s
+
+
 _POOLS: weakref.WeakSet[ConnectionPool] = weakref.WeakSet()
-_PROCESS_POOL = ConnectionPool()
+_PROCESS_POOL = ConnectionPool(*settings_from_env(os.environ))
 
 
 def connection_pool() -> ConnectionPool:
@@ -598,8 +625,10 @@ def localize_channel(channel: str) -> str:
 
 
 __all__ = [
+    "CAPACITY_ENV",
     "DEFAULT_CAPACITY",
     "DEFAULT_IDLE_TIMEOUT_S",
+    "IDLE_TIMEOUT_ENV",
     "ArchiveConnectError",
     "ArchiveLease",
     "ConnectionPool",
@@ -610,4 +639,5 @@ __all__ = [
     "driver_active",
     "executor_address",
     "localize_channel",
+    "settings_from_env",
 ]

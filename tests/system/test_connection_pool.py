@@ -26,14 +26,17 @@ from system.harness import SMALL_TERM, Harness, offer_all, payloads_of, wait_for
 from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
 from aeron_archive_spark.archive.client.connection import ConnectionOptions
 from aeron_archive_spark.archive.client.pool import (
+    CAPACITY_ENV,
     DEFAULT_CAPACITY,
     DEFAULT_IDLE_TIMEOUT_S,
+    IDLE_TIMEOUT_ENV,
     ArchiveConnectError,
     ConnectionPool,
     NoMediaDriverError,
     SessionKey,
     connection_pool,
     localize_channel,
+    settings_from_env,
 )
 from aeron_archive_spark.archive.constants import RecordingSignal
 from aeron_archive_spark.archive.exceptions import ArchiveError
@@ -152,6 +155,20 @@ def test_the_process_wide_pool_has_kafka_like_defaults():
     pool = connection_pool()
     assert pool is connection_pool()
     assert (pool.capacity, pool.idle_timeout_s) == (DEFAULT_CAPACITY, DEFAULT_IDLE_TIMEOUT_S) == (64, 300.0)
+
+
+def test_pool_settings_come_from_the_environment_and_bad_values_name_the_variable():
+    assert settings_from_env({}) == (DEFAULT_CAPACITY, DEFAULT_IDLE_TIMEOUT_S)
+    assert settings_from_env({CAPACITY_ENV: "8", IDLE_TIMEOUT_ENV: "2.5"}) == (8, 2.5)
+    for env, bad in ((CAPACITY_ENV, "-1"), (CAPACITY_ENV, "lots"), (IDLE_TIMEOUT_ENV, "nan"), (IDLE_TIMEOUT_ENV, "5m")):
+        with pytest.raises(ValueError, match=f"{env}={bad!r}"):
+            settings_from_env({env: bad})
+    # The process-wide pool of a fresh process (an executor's Python worker) takes them at import.
+    probe = subprocess.run(
+        [sys.executable, "-c", "from aeron_archive_spark.archive.client.pool import connection_pool as p; "
+         "print(p().capacity, p().idle_timeout_s)"],
+        env={**os.environ, CAPACITY_ENV: "3", IDLE_TIMEOUT_ENV: "7"}, capture_output=True, text=True, timeout=60)
+    assert probe.stdout.split() == ["3", "7.0"], probe.stderr
 
 
 # -- leases ------------------------------------------------------------------------------------------------------
