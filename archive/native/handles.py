@@ -23,6 +23,7 @@ created it (so that closing the client closes them all) and the wrapper modules 
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -154,6 +155,10 @@ class HandleAttribute[T]:
 
     def __set_name__(self, owner: type[Any], name: str) -> None:
         self.name = name
+        if type(self) is HandleAttribute:
+            # A handle constant is read on hot paths (a replay reads its publication's session id per batch): the
+            # class gets a C-level property (attrgetter) in place of this Python descriptor, typed as declared.
+            setattr(owner, name, property(operator.attrgetter(f"_n.{name}"), doc=self.__doc__))
 
     @overload
     def __get__(self, wrapper: None, owner: type[Any]) -> Self: ...
