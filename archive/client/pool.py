@@ -228,7 +228,10 @@ class ConnectionPool:
 
     Use the process-wide instance, `connection_pool()`; tests may build their own (`clock` is injectable so idle
     timeouts can be tested without waiting). Thread-safe: one lock guards the pool's state and is never held
-    across an archive request or a connect handshake.
+    across an archive request, a connect handshake or the start of a client or driver (those are serialised by a
+    second lock, so leases of existing clients go on meanwhile). With `evict_in_background` (the process-wide
+    pool) a daemon thread closes expired idle sessions even while nothing uses the pool, as the Kafka pool's
+    evictor does; otherwise they are closed whenever the pool is used.
     """
 
     _ordinals = itertools.count()
@@ -239,6 +242,7 @@ class ConnectionPool:
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         *,
         clock: Callable[[], float] = time.monotonic,
+        evict_in_background: bool = False,
     ) -> None:
         self._check_settings(capacity, idle_timeout_s)
         self._capacity = capacity
@@ -246,6 +250,10 @@ class ConnectionPool:
         self._clock = clock
         self._ordinal = next(self._ordinals)
         self._lock = threading.Lock()
+        self._create_lock = threading.Lock()  # starting drivers and clients, one at a time, outside `_lock`
+        self._evict_in_background = evict_in_background
+        self._evictor: threading.Thread | None = None
+        self._evictor_stop = threading.Event()
         self._pid = os.getpid()
         self._clients: dict[str, AeronClient] = {}  # by the directory of the driver they run on
         self._routes: dict[str, str] = {}  # requested aeron dir -> directory of the driver used for it
@@ -270,8 +278,9 @@ class ConnectionPool:
 
     @capacity.setter
     def capacity(self, value: int) -> None:
-        self._check_settings(value, self._idle_timeout_s)
-        self._capacity = value
+        with self._lock:
+            self._check_settings(value, self._idle_timeout_s)
+            self._capacity = value
         self.evict_idle()
 
     @property
@@ -281,8 +290,9 @@ class ConnectionPool:
 
     @idle_timeout_s.setter
     def idle_timeout_s(self, value: float) -> None:
-        self._check_settings(self._capacity, value)
-        self._idle_timeout_s = value
+        with self._lock:
+            self._check_settings(self._capacity, value)
+            self._idle_timeout_s = value
         self.evict_idle()
 
     # -- clients ----------------------------------------------------------------------------------------------
@@ -295,40 +305,54 @@ class ConnectionPool:
         by the caller.
         """
         self._check_fork()
-        requested = os.path.normpath(aeron_dir or default_aeron_dir())
-        with self._lock:
-            return self._client_locked(requested, host_driver_only)
+        return self._client(os.path.normpath(aeron_dir or default_aeron_dir()), host_driver_only)
 
-    def _client_locked(self, requested: str, host_driver_only: bool) -> AeronClient:
-        directory = self._routes.get(requested)
-        if directory is not None and host_driver_only and directory != requested:
-            directory = None  # routed to the embedded driver earlier: look for a host driver again
-        if directory is not None:
-            client = self._clients.get(directory)
-            if client is not None and not client.is_closed:
-                return client
+    def _client(self, requested: str, host_driver_only: bool) -> AeronClient:
+        with self._lock:
+            client = self._routed_client_locked(requested, host_driver_only)
+        if client is not None:
+            return client
+        with self._create_lock:
+            with self._lock:  # another thread may have created it while this one waited
+                client = self._routed_client_locked(requested, host_driver_only)
+                driver = self._driver
             if client is not None:
-                log.warning("Aeron client on %s was closed (driver timeout?); reconnecting", directory)
-                del self._clients[directory]
-        if driver_active(requested):
-            directory = requested
-        elif host_driver_only:
-            raise NoMediaDriverError(requested)
-        else:
-            if self._driver is None or self._driver.is_closed:
-                self._driver = self._start_embedded_driver()
-                log.info(
-                    "no media driver active in %s: started an embedded media driver in %s for process %d",
-                    requested,
-                    self._driver.aeron_dir,
-                    os.getpid(),
-                )
-            directory = self._driver.aeron_dir
+                return client
+            if driver_active(requested):
+                directory = requested
+            elif host_driver_only:
+                raise NoMediaDriverError(requested)
+            else:
+                if driver is None or driver.is_closed:
+                    driver = self._start_embedded_driver()
+                    log.info(
+                        "no media driver active in %s: started an embedded media driver in %s for process %d",
+                        requested,
+                        driver.aeron_dir,
+                        os.getpid(),
+                    )
+                    with self._lock:
+                        self._driver = driver
+                directory = driver.aeron_dir
+            with self._lock:
+                client = self._clients.get(directory)
+            if client is None or client.is_closed:
+                client = AeronClient(directory, client_name=f"aeron-archive-spark-{os.getpid()}")
+            with self._lock:
+                self._clients[directory] = client
+                self._routes[requested] = directory
+            return client
+
+    def _routed_client_locked(self, requested: str, host_driver_only: bool) -> AeronClient | None:
+        """The live client `requested` was routed to before, if any (and acceptable to `host_driver_only`)."""
+        directory = self._routes.get(requested)
+        if directory is None or (host_driver_only and directory != requested):
+            return None  # not seen yet, or routed to the embedded driver earlier: look for a host driver again
         client = self._clients.get(directory)
-        if client is None or client.is_closed:
-            client = AeronClient(directory, client_name=f"aeron-archive-spark-{os.getpid()}")
-            self._clients[directory] = client
-        self._routes[requested] = directory
+        if client is not None and client.is_closed:
+            log.warning("Aeron client on %s was closed (driver timeout?); reconnecting", directory)
+            del self._clients[directory]
+            return None
         return client
 
     def embedded_driver_dir(self) -> str | None:
@@ -368,8 +392,7 @@ class ConnectionPool:
         self._check_fork()
         requested = os.path.normpath(options.resolved_aeron_dir())
         try:
-            with self._lock:
-                client = self._client_locked(requested, host_driver_only)
+            client = self._client(requested, host_driver_only)
         except NoMediaDriverError:
             raise
         except Exception as ex:
@@ -417,6 +440,7 @@ class ConnectionPool:
             keep = known and not evict
             if keep:
                 self._idle.append(_Idle(key, archive, self._clock()))
+                self._start_evictor_locked()
             stale = self._expire_locked() + self._trim_locked()
         if not keep:
             log.debug(
@@ -456,6 +480,18 @@ class ConnectionPool:
         _close_all(stale)
         return len(stale)
 
+    def _start_evictor_locked(self) -> None:
+        if not self._evict_in_background or (self._evictor is not None and self._evictor.is_alive()):
+            return
+        self._evictor_stop = threading.Event()
+        self._evictor = threading.Thread(
+            target=_evict_until_stopped,
+            args=(weakref.ref(self), self._evictor_stop),
+            name=f"aeron-archive-pool-evictor-{self._ordinal}",
+            daemon=True,
+        )
+        self._evictor.start()
+
     def stats(self) -> PoolStats:
         self._check_fork()
         with self._lock:
@@ -472,6 +508,8 @@ class ConnectionPool:
         """
         self._check_fork()
         with self._lock:
+            self._evictor_stop.set()
+            self._evictor = None
             idle = [i.archive for i in self._idle]
             self._idle.clear()
             self._leased.clear()  # unknown at release: closed then, not returned
@@ -498,6 +536,9 @@ class ConnectionPool:
     def _after_fork_in_child(self) -> None:
         """Forget the parent's objects without closing them (module docstring, "Fork")."""
         self._lock = threading.Lock()
+        self._create_lock = threading.Lock()
+        self._evictor = None  # the parent's thread does not exist here; started again on demand
+        self._evictor_stop = threading.Event()
         inherited: list[object] = [*self._clients.values(), *(i.archive for i in self._idle), *self._leased.values()]
         if self._driver is not None:
             inherited.append(self._driver)
@@ -518,6 +559,29 @@ def _usable(archive: AeronArchive) -> bool:
     except Exception as ex:
         log.info("idle archive session %d is unusable (%s); opening another", archive.control_session_id, ex)
         return False
+
+
+def _evict_until_stopped(pool_ref: weakref.ref[ConnectionPool], stop: threading.Event) -> None:
+    """The background evictor: every so often (a tenth of the idle timeout, 1 to 30 s) close expired idle sessions.
+
+    Holds the pool weakly, so a pool nobody uses any more can still be collected; ends when the pool closes.
+    """
+    while True:
+        pool = pool_ref()
+        if pool is None:
+            return
+        interval = min(30.0, max(1.0, pool.idle_timeout_s / 10))
+        del pool
+        if stop.wait(interval):
+            return
+        pool = pool_ref()
+        if pool is None:
+            return
+        try:
+            pool.evict_idle()
+        except Exception as ex:  # keep evicting later; the next lease also closes expired sessions
+            log.warning("evicting idle archive sessions: %s", ex)
+        del pool
 
 
 def _close_all(archives: list[AeronArchive]) -> None:
@@ -551,12 +615,20 @@ def settings_from_env(environ: Mapping[str, str]) -> tuple[int, float]:
 
 
 _POOLS: weakref.WeakSet[ConnectionPool] = weakref.WeakSet()
-_PROCESS_POOL = ConnectionPool(*settings_from_env(os.environ))
+_PROCESS_POOL: ConnectionPool | None = None
+_PROCESS_POOL_LOCK = threading.Lock()
 
 
 def connection_pool() -> ConnectionPool:
-    """The process-wide pool every reader and writer uses."""
-    return _PROCESS_POOL
+    """The process-wide pool every reader and writer uses, created on first use (settings from the environment)."""
+    global _PROCESS_POOL
+    pool = _PROCESS_POOL
+    if pool is None:
+        with _PROCESS_POOL_LOCK:
+            if _PROCESS_POOL is None:
+                _PROCESS_POOL = ConnectionPool(*settings_from_env(os.environ), evict_in_background=True)
+            pool = _PROCESS_POOL
+    return pool
 
 
 def _after_fork_in_child() -> None:

@@ -254,6 +254,24 @@ def test_idle_sessions_beyond_capacity_are_closed(harness, clock):
         pool.close()
 
 
+def test_a_background_evictor_closes_expired_sessions_while_nobody_uses_the_pool(harness):
+    background = ConnectionPool(idle_timeout_s=0.5, evict_in_background=True)
+    try:
+        with background.archive(ipc_options(harness)) as a:
+            pass
+        assert background.stats().idle == 1
+        wait_for(lambda: background.stats().idle == 0, timeout=10, what="the evictor to close the idle session")
+        assert_closed(a)
+        evictors = [t for t in threading.enumerate() if t.name.startswith("aeron-archive-pool-evictor")]
+        assert evictors, "no evictor thread"
+    finally:
+        background.close()
+    wait_for(lambda: not any(t.name == evictors[0].name and t.is_alive() for t in threading.enumerate()),
+             timeout=10, what="the evictor to end with its pool")
+    # Pools without it (tests with fake clocks) never start one.
+    assert not ConnectionPool()._evict_in_background and connection_pool()._evict_in_background
+
+
 def test_idle_sessions_expire_after_the_idle_timeout(pool, harness, clock):
     assert pool.idle_timeout_s == 300.0
     options = ipc_options(harness)
