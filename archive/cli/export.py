@@ -10,19 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-import pyarrow.parquet as pq
-from tqdm import tqdm
-
 from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
-from aeron_archive_spark.archive.tables.options import SourceOptions
-from aeron_archive_spark.archive.tables.payload import payload_decoder
-from aeron_archive_spark.archive.tables.planning import plan_ranges
-from aeron_archive_spark.archive.tables.ranges import RecordingFacts
-from aeron_archive_spark.archive.tables.read import read_batches
-from aeron_archive_spark.archive.tables.recording_source import open_recording_source
-from aeron_archive_spark.archive.tables.schema import row_schema
-
-PARTITION_BYTES = 64 * 1024 * 1024
 
 
 def export_recording(
@@ -34,6 +22,19 @@ def export_recording(
     progress: bool = True,
 ) -> tuple[int, int]:
     """Write the recording's messages to `to`; returns (rows, bytes of stream exported)."""
+    # Imported here, not at the top: every `aeron-archive` command builds this verb's parser, and Arrow, Parquet
+    # and the read layer would add ~0.4 s to each (`serve`, `list`, `--help`).
+    import pyarrow.parquet as pq
+    from tqdm import tqdm
+
+    from aeron_archive_spark.archive.tables.options import MAX_BYTES_PER_PARTITION_DEFAULT, SourceOptions
+    from aeron_archive_spark.archive.tables.payload import payload_decoder
+    from aeron_archive_spark.archive.tables.planning import plan_ranges
+    from aeron_archive_spark.archive.tables.ranges import RecordingFacts
+    from aeron_archive_spark.archive.tables.read import read_batches
+    from aeron_archive_spark.archive.tables.recording_source import open_recording_source
+    from aeron_archive_spark.archive.tables.schema import row_schema
+
     raw = {"archiveDir": archive_dir, "recordingId": str(recording_id)}
     if sbe_schema:
         raw["sbeSchema"] = sbe_schema
@@ -48,7 +49,9 @@ def export_recording(
         if descriptor is None:
             raise ArchiveError(f"unknown recording id: {recording_id} in {archive_dir}", ErrorCode.UNKNOWN_RECORDING)
         start, end = descriptor.start_position, source.safe_end(descriptor)
-        ranges = plan_ranges([(RecordingFacts.of(descriptor), start, end, end)], PARTITION_BYTES, archive_dir, None)
+        ranges = plan_ranges(
+            [(RecordingFacts.of(descriptor), start, end, end)], MAX_BYTES_PER_PARTITION_DEFAULT, archive_dir, None
+        )
         rows = 0
         with (
             pq.ParquetWriter(to, schema) as writer,

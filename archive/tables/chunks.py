@@ -40,10 +40,10 @@ CHUNK_LENGTH = 4 * 1024 * 1024
 
 @runtime_checkable
 class ChunkSource(Protocol):
-    """Yields the recorded frames of a partition, in order.
+    """Yields the recorded frames of a read range, in order.
 
-    Implementations are constructed with no arguments (everything comes from the partition) and may cache
-    per-process resources (an Aeron client, an embedded media driver) at module level.
+    Everything a read needs comes from the range (`ReadRange`, called `partition` below: under Spark it is one);
+    connections come from the process's `archive.client.pool`, never from the chunk source itself.
 
     Contract of `iter_chunks(partition)`, yielding `(chunk, position)`:
     - `chunk` holds whole Aeron frames exactly as recorded (header + payload, 32-byte aligned) and `position` is

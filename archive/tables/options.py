@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from aeron_archive_spark.archive.client.connection import (
+    MESSAGE_TIMEOUT_MS_DEFAULT,
     REPLAY_CHANNEL_DEFAULT,
     REPLAY_STREAM_ID_DEFAULT,
     ConnectionOptions,
@@ -45,6 +46,7 @@ from aeron_archive_spark.archive.tables.option_table import (
 )
 
 MAX_BYTES_PER_PARTITION_DEFAULT = 64 * 1024 * 1024
+MAX_TRIGGER_DELAY_MS_DEFAULT = 15 * 60_000
 
 # Per-recording values in a position JSON with Kafka's meaning: -2 earliest, -1 latest.
 EARLIEST = -2
@@ -170,7 +172,7 @@ RECORDING_OPTIONS = OptionTable(
         OptionSpec(
             "messageTimeout",
             parse_duration_ms,
-            10_000,
+            MESSAGE_TIMEOUT_MS_DEFAULT,
             Mode.ANY,
             "how long to wait for the archive to answer (connect, list, positions)",
             "10s",
@@ -222,7 +224,7 @@ RECORDING_OPTIONS = OptionTable(
         OptionSpec(
             "maxTriggerDelay",
             parse_duration_ms,
-            15 * 60_000,
+            MAX_TRIGGER_DELAY_MS_DEFAULT,
             Mode.STREAM_READ,
             "longest wait for minBytesPerTrigger before a batch runs anyway",
             "15m",
@@ -274,7 +276,7 @@ def connection_from_parsed(parsed: ParsedOptions) -> ConnectionOptions:
         control_response_stream_id=parsed.get("controlResponseStreamId", CONTROL_RESPONSE_STREAM_ID_DEFAULT),
         replay_channel=parsed.get("replayChannel", REPLAY_CHANNEL_DEFAULT),
         replay_stream_id=parsed.get("replayStreamId", REPLAY_STREAM_ID_DEFAULT),
-        message_timeout_ms=parsed.get("messageTimeout", 10_000),
+        message_timeout_ms=parsed.get("messageTimeout", MESSAGE_TIMEOUT_MS_DEFAULT),
     )
 
 
@@ -382,7 +384,7 @@ class SourceOptions:
             ending=ending,
             max_bytes_per_trigger=max_bytes,
             min_bytes_per_trigger=min_bytes,
-            max_trigger_delay_ms=parsed.get("maxTriggerDelay", 15 * 60_000),
+            max_trigger_delay_ms=parsed.get("maxTriggerDelay", MAX_TRIGGER_DELAY_MS_DEFAULT),
             max_bytes_per_partition=parsed["maxBytesPerPartition"],
             fail_on_data_loss=parsed["failOnDataLoss"],
             sbe_schema=None if sbe_schema is None else os.path.abspath(sbe_schema),

@@ -22,7 +22,11 @@ class AeronArchivePartition(InputPartition):
 
     def __init__(self, read_range: ReadRange) -> None:
         super().__init__(read_range)
-        self.read_range = read_range
+
+    @property
+    def read_range(self) -> ReadRange:
+        range_: ReadRange = self.value
+        return range_
 
     def __repr__(self) -> str:
         r = self.read_range

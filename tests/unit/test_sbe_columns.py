@@ -1,4 +1,4 @@
-"""Vectorised SBE decode/encode (connector.sbe, connector.source.sbe_decode) against the per-message SbeCodec."""
+"""Vectorised SBE decode/encode (archive.tables.sbe: columns, decode, encode) against the per-message SbeCodec."""
 
 from __future__ import annotations
 
