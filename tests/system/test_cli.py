@@ -15,10 +15,12 @@ from system.test_record_replay import record
 
 @pytest.fixture
 def recorded(aeron_dir, tmp_path):
+    # Stream 5021 is this module's own: the shared test driver may still hold publications of other modules' tests
+    # (after the sink commit tests two are left open on stream 5001), which a recording subscription would record.
     h = Harness(aeron_dir, str(tmp_path / "archive"))
     channel = f"aeron:ipc?term-length={SMALL_TERM}"
     payloads = [f"message {i}".encode() for i in range(50)] + payloads_of([3000] * 100)
-    recording_id, spans, pub, _ = record(h, channel, 5001, payloads)
+    recording_id, spans, pub, _ = record(h, channel, 5021, payloads)
     yield h, recording_id, spans, pub, payloads, channel
     pub.close()
     h.close()
@@ -26,14 +28,14 @@ def recorded(aeron_dir, tmp_path):
 
 def test_list_describe_and_verify_offline(recorded, capsys):
     h, recording_id, spans, pub, payloads, channel = recorded
-    h.client.stop_recording(channel, 5001)
+    h.client.stop_recording(channel, 5021)
     h.await_signal(RecordingSignal.STOP, recording_id)
     archive_dir = h.ctx.archive_dir
     h.close()  # offline: no server running
     assert main(["list", "--dir", archive_dir, "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert [d["recordingId"] for d in listed] == [recording_id]
-    assert listed[0]["stopPosition"] == spans[-1][1] and listed[0]["streamId"] == 5001
+    assert listed[0]["stopPosition"] == spans[-1][1] and listed[0]["streamId"] == 5021
     assert set(listed[0]) >= {"startPosition", "initialTermId", "segmentFileLength", "termBufferLength",
                               "mtuLength", "sessionId", "strippedChannel", "originalChannel", "sourceIdentity"}
     assert main(["list", "--dir", archive_dir]) == 0
@@ -82,7 +84,7 @@ def test_stats_and_tail(recorded, capsys, aeron_dir):
 def test_export_to_parquet(recorded, tmp_path, capsys):
     import pyarrow.parquet as pq
     h, recording_id, spans, pub, payloads, channel = recorded
-    h.client.stop_recording(channel, 5001)
+    h.client.stop_recording(channel, 5021)
     h.await_signal(RecordingSignal.STOP, recording_id)
     out = str(tmp_path / "export.parquet")
     assert main(["export", str(recording_id), "--dir", h.ctx.archive_dir, "--to", out]) == 0

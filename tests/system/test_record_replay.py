@@ -28,7 +28,12 @@ def record(h: Harness, channel: str, stream_id: int, payloads: list[bytes], loca
     start = h.await_signal(RecordingSignal.START, count=len(h.signals.of(RecordingSignal.START)) + 1)
     assert start.subscription_id == subscription_id
     spans = offer_all(pub, payloads)
-    recording_id = start.recording_id
+    # The recording of THIS publication: the shared test driver may hold other publications on the same channel
+    # and stream (left open by tests that simulate a crash in-process), which the subscription records too.
+    recording_id = wait_for(
+        lambda: max(-1, client.find_last_matching_recording(0, channel, stream_id, pub.session_id)) + 1,
+        what=f"the recording of publication session {pub.session_id}",
+    ) - 1
     wait_for(lambda: client.get_recording_position(recording_id) == pub.position, what="recording caught up")
     return recording_id, spans, pub, subscription_id
 
