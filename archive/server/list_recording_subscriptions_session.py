@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from aeron_archive_spark.archive.constants import ControlResponseCode
 from aeron_archive_spark.archive.server.conductor_port import ControlResponder
+from aeron_archive_spark.archive.server.listing_session import ListingSession
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class SubscriptionDescriptor:
     stripped_channel: str
 
 
-class ListRecordingSubscriptionsSession:
+class ListRecordingSubscriptionsSession(ListingSession):
     def __init__(
         self,
         control_session: ControlResponder,
@@ -38,9 +39,7 @@ class ListRecordingSubscriptionsSession:
         channel: str,
         subscriptions: Iterable[SubscriptionDescriptor],
     ) -> None:
-        self._control_session = control_session
-        self.owner_id = control_session.control_session_id
-        self._correlation_id = correlation_id
+        super().__init__(control_session, correlation_id)
         self._count = count
         self._first_index = max(pseudo_index, 0)
         matching = [
@@ -50,25 +49,11 @@ class ListRecordingSubscriptionsSession:
         ]
         self._to_send = matching[self._first_index :]
         self._sent = 0
-        self._done = False
-
-    @property
-    def session_id(self) -> int:
-        return self._correlation_id
 
     @property
     def sent(self) -> int:
         """Descriptors sent so far."""
         return self._sent
-
-    def is_done(self) -> bool:
-        return self._done
-
-    def abort(self, reason: str = "") -> None:
-        self._done = True
-
-    def close(self) -> None:
-        self._done = True
 
     def do_work(self, now_ns: int) -> int:
         if self._done:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from aeron_archive_spark.archive.constants import ControlResponseCode
 from aeron_archive_spark.archive.server.conductor_port import ControlResponder
+from aeron_archive_spark.archive.server.listing_session import ListingSession
 
 if TYPE_CHECKING:
     from aeron_archive_spark.archive.descriptor import RecordingDescriptor
@@ -23,7 +24,7 @@ log = logging.getLogger(__name__)
 MAX_SCANS_PER_WORK_CYCLE = 64
 
 
-class ListRecordingsSession:
+class ListRecordingsSession(ListingSession):
     """ListRecordings / ListRecordingsForUri: up to `count` matching descriptors from `from_id` upwards."""
 
     def __init__(
@@ -35,10 +36,8 @@ class ListRecordingsSession:
         count: int,
         matches: Callable[[RecordingDescriptor], bool] | None = None,
     ) -> None:
-        self._control_session = control_session
-        self.owner_id = control_session.control_session_id
+        super().__init__(control_session, correlation_id)
         self._catalog = catalog
-        self._correlation_id = correlation_id
         self._remaining = count
         self._matches = matches
         self._cursor = max(from_id, 0)
@@ -47,19 +46,6 @@ class ListRecordingsSession:
         self._done = count <= 0
         if self._done:
             control_session.send_response_code(correlation_id, self._cursor, ControlResponseCode.RECORDING_UNKNOWN)
-
-    @property
-    def session_id(self) -> int:
-        return self._correlation_id
-
-    def is_done(self) -> bool:
-        return self._done
-
-    def abort(self, reason: str = "") -> None:
-        self._done = True
-
-    def close(self) -> None:
-        self._done = True
 
     def do_work(self, now_ns: int) -> int:
         if self._done:
