@@ -34,9 +34,11 @@ def _size(text: str) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from aeron_archive_spark.archive.cli import credentials
     from aeron_archive_spark.archive.server.archive import Archive
     from aeron_archive_spark.archive.server.context import ArchiveContext
 
+    read_write_secret, read_only_secret = credentials.secrets_from_args(args)
     ctx = ArchiveContext(
         archive_dir=args.dir,
         aeron_dir=args.aeron_dir,
@@ -58,6 +60,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         max_concurrent_replays=args.max_replays,
         low_storage_space_threshold=args.low_storage_threshold,
     )
+    credentials_required = read_write_secret is not None
+    if read_write_secret is not None:
+        ctx.require_credentials(read_write_secret, read_only_secret)
+    log.info("credentials: %s", credentials.describe(args))
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -71,6 +77,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             "localControlChannel": ctx.local_control_channel,
             "localControlStreamId": ctx.local_control_stream_id,
             "archiveId": archive.archive_id,
+            "credentialsRequired": credentials_required,
         }
         print(json.dumps(ready), flush=True)
         while not stop.wait(0.2):
@@ -189,6 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-recordings", type=int, default=c.MAX_CONCURRENT_RECORDINGS_DEFAULT)
     serve.add_argument("--max-replays", type=int, default=c.MAX_CONCURRENT_REPLAYS_DEFAULT)
     serve.add_argument("--low-storage-threshold", type=_size, default=c.LOW_STORAGE_SPACE_THRESHOLD_DEFAULT)
+    from aeron_archive_spark.archive.cli import credentials
+
+    credentials.add_arguments(serve)
     serve.set_defaults(func=_cmd_serve)
 
     lst = sub.add_parser("list", help="list recordings from the catalog (offline)")

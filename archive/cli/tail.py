@@ -9,6 +9,7 @@ import time
 from typing import TYPE_CHECKING
 
 from aeron_archive_spark.archive import constants as c
+from aeron_archive_spark.archive.cli import credentials
 
 if TYPE_CHECKING:
     from aeron_archive_spark.archive.native import HeaderValues
@@ -37,6 +38,7 @@ def add_subparser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     tail.add_argument("--format", choices=("hex", "text", "json"), default="hex")
     tail.add_argument("--max-bytes", type=int, default=64, help="bytes of each message to print")
     tail.add_argument("-n", "--count", type=int, default=0, help="stop after N messages (0: until interrupted)")
+    credentials.add_client_arguments(tail)
     tail.set_defaults(func=run)
 
 
@@ -50,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
         control_request_stream_id=args.control_stream_id,
         control_response_channel=args.response_channel,
         client_name="aeron-archive-tail",
+        credentials=credentials.client_secret(args),
     )
     try:
         descriptor = client.list_recording(args.recording_id)

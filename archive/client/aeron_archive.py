@@ -115,15 +115,20 @@ class AeronArchive:
         aeron: AeronClient | None = None,
         message_timeout_s: float = MESSAGE_TIMEOUT_NS_DEFAULT / 1e9,
         client_name: str = "aeron-archive-py-client",
-        credentials: bytes = b"",
+        credentials: bytes | str | None = None,
         on_challenge: Callable[[bytes], bytes] | None = None,
         recording_signal_consumer: Callable[[RecordingSignalEvent], None] | None = None,
     ) -> AeronArchive:
         """Connect to an archive: AuthConnectRequest handshake, then ArchiveIdRequest (as the Java client).
 
         `aeron_dir` names the media driver to use (default: $AERON_DIR or Aeron's default); pass `aeron` to
-        share an existing client instead.
+        share an existing client instead. `credentials` (a str is sent UTF-8 encoded) travel in the
+        AuthConnectRequest's encodedCredentials; an archive that rejects them raises `ArchiveError` with
+        AUTHENTICATION_REJECTED naming its control channel. If the archive challenges, `on_challenge(challenge)`
+        returns the answer; without it the connect is refused with a clear error.
         """
+        encoded_credentials = credentials.encode() if isinstance(credentials, str) else bytes(credentials or b"")
+        where = f"archive at {control_request_channel} stream {control_request_stream_id}"
         timeout_ns = int(message_timeout_s * 1e9)
         owns = aeron is None
         client = aeron if aeron is not None else AeronClient(aeron_dir or default_aeron_dir(), client_name=client_name)
@@ -158,10 +163,12 @@ class AeronArchive:
                 response_stream_id=control_response_stream_id,
                 version=PROTOCOL_SEMANTIC_VERSION,
                 response_channel=response_channel,
-                encoded_credentials=credentials,
+                encoded_credentials=encoded_credentials,
                 client_info=info,
             )
-            archive.control_session_id = archive._await_connect(correlation_id, on_challenge)
+            archive.control_session_id = archive._await_connect(
+                correlation_id, on_challenge, where, bool(encoded_credentials)
+            )
             archive._archive_id = archive._request_ok("ArchiveIdRequest")
             return archive
         except BaseException:
@@ -173,7 +180,15 @@ class AeronArchive:
                 client.close()
             raise
 
-    def _await_connect(self, correlation_id: int, on_challenge: Callable[[bytes], bytes] | None) -> int:
+    def _await_connect(
+        self,
+        correlation_id: int,
+        on_challenge: Callable[[bytes], bytes] | None,
+        where: str = "archive",
+        sent_credentials: bool = False,
+    ) -> int:
+        """The control session id once the archive accepts; `where` names the archive in errors (never the
+        credentials: only whether any were sent)."""
         deadline = time.monotonic_ns() + self._timeout_ns
         while True:
             for msg in self._poll_messages():
@@ -181,11 +196,21 @@ class AeronArchive:
                     if msg.code == ControlResponseCode.OK:
                         control_session_id: int = msg.relevant_id  # ControlResponse.relevantId, an int64
                         return control_session_id
-                    raise ArchiveError(f"connect failed: {msg.error_message}", msg.relevant_id, correlation_id)
+                    if msg.relevant_id == ErrorCode.AUTHENTICATION_REJECTED:
+                        hint = "" if sent_credentials else "; no credentials were given, and this archive requires them"
+                        raise ArchiveError(
+                            f"{where} rejected the credentials ({msg.error_message}){hint}",
+                            ErrorCode.AUTHENTICATION_REJECTED,
+                            correlation_id,
+                        )
+                    raise ArchiveError(
+                        f"connect to {where} failed: {msg.error_message}", msg.relevant_id, correlation_id
+                    )
                 if msg.template_id == t.CHALLENGE and msg.correlation_id == correlation_id:
                     if on_challenge is None:
                         raise ArchiveError(
-                            "archive sent an authentication challenge but no on_challenge handler was given",
+                            f"{where} sent an authentication challenge, which this client cannot answer "
+                            "without an on_challenge callback",
                             ErrorCode.AUTHENTICATION_REJECTED,
                             correlation_id,
                         )
@@ -197,7 +222,9 @@ class AeronArchive:
                     )
             if time.monotonic_ns() > deadline:
                 raise ArchiveTimeoutError(
-                    "no connect response from the archive within the message timeout", ErrorCode.GENERIC, correlation_id
+                    f"no connect response from the {where} within the message timeout",
+                    ErrorCode.GENERIC,
+                    correlation_id,
                 )
             time.sleep(0.0002)
 

@@ -3,12 +3,17 @@
 Plain data only, no I/O: opening clients and control sessions for these options is the connection pool's job
 (`archive.client.pool`), which keys its sessions on the fields a control session depends on (everything but the
 replay channel and stream, which each replay request names itself), so it must stay frozen and hashable.
+
+`credentials` is the secret an archive started with `serve --secret-file/--secret-env` asks for. It travels with
+the options (executors connect too) but is left out of `repr`, `str` and `describe()`, which end up in logs,
+Spark's UI and error messages.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aeron_archive_spark.archive.constants import (
     CONTROL_CHANNEL_DEFAULT,
@@ -20,6 +25,10 @@ from aeron_archive_spark.archive.constants import (
 REPLAY_CHANNEL_DEFAULT = "aeron:udp?endpoint=localhost:0"
 REPLAY_STREAM_ID_DEFAULT = 0x5EE7
 MESSAGE_TIMEOUT_MS_DEFAULT = 10_000
+
+# Keys `credentials_digest` for this process only: equal secrets give equal digests here (the pool's session
+# keys), while a digest that reaches a log cannot be tested against guessed secrets anywhere else.
+_DIGEST_KEY = os.urandom(32)
 
 
 def default_aeron_dir() -> str:
@@ -44,6 +53,22 @@ class ConnectionOptions:
     replay_channel: str = REPLAY_CHANNEL_DEFAULT
     replay_stream_id: int = REPLAY_STREAM_ID_DEFAULT
     message_timeout_ms: int = MESSAGE_TIMEOUT_MS_DEFAULT
+    credentials: bytes | str | None = field(default=None, repr=False)  # a secret: never printed
+
+    @property
+    def encoded_credentials(self) -> bytes:
+        """What the AuthConnectRequest carries: the credentials as bytes (a str UTF-8 encoded), else empty."""
+        value = self.credentials
+        return value.encode() if isinstance(value, str) else bytes(value or b"")
+
+    @property
+    def credentials_digest(self) -> str:
+        """A process-keyed hash of the credentials ("" without any): tells sessions of different secrets apart
+        without holding or showing the secret."""
+        encoded = self.encoded_credentials
+        if not encoded:
+            return ""
+        return hashlib.blake2b(encoded, key=_DIGEST_KEY, digest_size=16).hexdigest()
 
     def resolved_aeron_dir(self) -> str:
         """`aeronDir`, else $AERON_DIR, else Aeron's default directory for this user."""

@@ -44,19 +44,21 @@ inherited objects are abandoned (`archive.native.fork.abandon_after_fork`). The 
 child (another thread may have held it at the fork). At interpreter exit every pool of this process closes its
 sessions, clients and embedded driver (one atexit hook).
 
-Remote replays over UDP then need a replay endpoint the archive's host can reach: the default
-`replayChannel=aeron:udp?endpoint=localhost:0` only works when the archive runs on the executor's host. On a
-cluster use `endpoint=0.0.0.0:0` (or the executor interface's address with port 0): the subscription binds an
-ephemeral port, the port is resolved with `try_resolve_channel_endpoint_port` before the replay request, and a
-`0.0.0.0` host is replaced in the request by this executor's address (`$SPARK_LOCAL_IP`, else the address of its
-host name) so the archive knows where to send (`localize_channel`). The same host rule applies to
-`controlResponseChannel`, localized here when a session is created. For an archive on the same host, `aeron:ipc`
-avoids the network stack altogether (both sides must then use the same driver: set `aeronDir`).
+Hosts: a remote archive (a UDP control channel) is reached from whatever media driver this host has, else from
+the process's embedded driver (`requires_host_driver` is true only for an IPC control channel), so a Spark driver
+host with no media driver of its own works as executors do. Response and replay channels must name an endpoint
+the archive's host can reach: `localize_channel` turns a host-relative endpoint into this process's own address
+before the subscription binds it and the archive is told it — a `0.0.0.0` host always, and the defaults'
+`localhost` when the archive is on another host — using the address the routing table picks toward the archive's
+control endpoint (each host of a cluster finds its own, with no per-host setting). Port 0 binds an ephemeral
+port, resolved (`try_resolve_channel_endpoint_port`) before the request names it. For an archive on the same
+host, `aeron:ipc` avoids the network stack altogether (both sides must then use the same driver: set `aeronDir`).
 """
 
 from __future__ import annotations
 
 import atexit
+import ipaddress
 import itertools
 import logging
 import os
@@ -79,6 +81,7 @@ log = logging.getLogger(__name__)
 # A driver whose heartbeat is older than this is considered dead (Aeron's default driver timeout).
 DRIVER_LIVENESS_TIMEOUT_MS = 10_000
 WILDCARD_HOST = "0.0.0.0"
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 # Idle sessions kept per process, and how long one may wait idle (Spark's Kafka consumer cache defaults).
 DEFAULT_CAPACITY = 64
 DEFAULT_IDLE_TIMEOUT_S = 300.0
@@ -118,6 +121,9 @@ class SessionKey:
     control_response_channel: str  # as given: `0.0.0.0` is localized when the session is created
     control_response_stream_id: int
     message_timeout_ms: int
+    # Sessions authenticated with different secrets are never shared: keyed on a process-keyed hash of the
+    # credentials ("" without any), never the secret (`ConnectionOptions.credentials_digest`).
+    credentials_digest: str = ""
 
     @classmethod
     def of(cls, options: ConnectionOptions, driver_dir: str) -> SessionKey:
@@ -128,6 +134,7 @@ class SessionKey:
             options.control_response_channel,
             options.control_response_stream_id,
             options.message_timeout_ms,
+            options.credentials_digest,
         )
 
 
@@ -417,11 +424,12 @@ class ConnectionPool:
             archive = AeronArchive.connect(
                 control_request_channel=key.control_channel,
                 control_request_stream_id=key.control_stream_id,
-                control_response_channel=localize_channel(key.control_response_channel),
+                control_response_channel=localize_channel(key.control_response_channel, key.control_channel),
                 control_response_stream_id=key.control_response_stream_id,
                 aeron=client,
                 message_timeout_s=key.message_timeout_ms / 1000.0,
                 client_name=f"aeron-archive-spark-{purpose}",
+                credentials=options.encoded_credentials or None,
             )
         except Exception as ex:
             raise ArchiveConnectError(options, ex) from ex
@@ -673,8 +681,20 @@ def driver_active(aeron_dir: str) -> bool:
         return False
 
 
+def requires_host_driver(options: ConnectionOptions) -> bool:
+    """True if only the host's media driver can reach this archive: its control channel is IPC.
+
+    Over UDP any media driver reaches it, so a process on a host without a media driver (a Spark driver on a
+    cluster) uses an embedded one, as executors do.
+    """
+    try:
+        return ChannelUri.parse(options.control_channel).is_ipc
+    except Exception:
+        return False
+
+
 def executor_address() -> str:
-    """The address the archive should send to for this process: $SPARK_LOCAL_IP, else the host name's address."""
+    """This process's address when nothing better is known: $SPARK_LOCAL_IP, else the host name's address."""
     configured = os.environ.get("SPARK_LOCAL_IP")
     if configured:
         return configured
@@ -684,16 +704,68 @@ def executor_address() -> str:
         return "127.0.0.1"
 
 
-def localize_channel(channel: str) -> str:
-    """Replace a `0.0.0.0` endpoint host by this process's address, so the archive can reach the endpoint."""
+def _endpoint_host(channel: str | None) -> str | None:
+    """The host of a UDP channel's endpoint (`aeron:udp?endpoint=host:port`), else None."""
+    if not channel:
+        return None
+    try:
+        uri = ChannelUri.parse(channel)
+    except Exception:
+        return None
+    endpoint = uri.get("endpoint")
+    if not uri.is_udp or endpoint is None:
+        return None
+    host, sep, _ = endpoint.rpartition(":")
+    return host.strip("[]") if sep else None
+
+
+def _is_loopback(host: str) -> bool:
+    if host in LOOPBACK_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+    except (OSError, ValueError):
+        return False
+
+
+def archive_is_remote(control_channel: str) -> bool:
+    """True if the archive's control channel is UDP to a host other than this one's loopback."""
+    host = _endpoint_host(control_channel)
+    return host is not None and not _is_loopback(host)
+
+
+def route_address(host: str) -> str | None:
+    """The local address this host sends from toward `host` (asks the kernel's routing table; sends nothing)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, 9))
+            return str(probe.getsockname()[0])
+    except OSError:
+        return None
+
+
+def localize_channel(channel: str, toward: str | None = None) -> str:
+    """The channel with a host-relative endpoint made concrete for this process, so the archive can reach it.
+
+    `toward` is the archive's control channel. A `0.0.0.0` endpoint host, and a loopback one (the defaults'
+    `localhost`) when that archive is on another host, become the address this host sends from toward the
+    archive (the routing table's answer, so every host of a cluster finds its own address with no per-host
+    setting); without a UDP archive endpoint, `0.0.0.0` becomes `executor_address()`. The subscription binds
+    the result and the archive is told the same endpoint, so the port can stay 0 (resolved after binding).
+    """
     uri = ChannelUri.parse(channel)
     endpoint = uri.get("endpoint")
     if not uri.is_udp or endpoint is None:
         return channel
     host, sep, port = endpoint.rpartition(":")
-    if not sep or host != WILDCARD_HOST:
+    if not sep:
         return channel
-    return str(uri.with_params(endpoint=f"{executor_address()}:{port}"))
+    archive = _endpoint_host(toward)
+    remote_archive = archive is not None and not _is_loopback(archive)
+    if host != WILDCARD_HOST and not (remote_archive and _is_loopback(host.strip("[]"))):
+        return channel
+    address = (route_address(archive) if archive is not None else None) or executor_address()
+    return str(uri.with_params(endpoint=f"{address}:{port}"))
 
 
 __all__ = [
@@ -707,9 +779,12 @@ __all__ = [
     "NoMediaDriverError",
     "PoolStats",
     "SessionKey",
+    "archive_is_remote",
     "connection_pool",
     "driver_active",
     "executor_address",
     "localize_channel",
+    "requires_host_driver",
+    "route_address",
     "settings_from_env",
 ]

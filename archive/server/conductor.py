@@ -129,7 +129,7 @@ class ArchiveConductor(Agent):
         if ctx.local_control_channel:
             control_subs.append(aeron.add_subscription(ctx.local_control_channel, ctx.local_control_stream_id))
         self._control_subscriptions = control_subs
-        self._adapter = ControlSessionAdapter(self, control_subs)
+        self._adapter = ControlSessionAdapter(self, control_subs, ctx.authorisation_service)
         self._events: RecordingEventsProxy | None = None
         if ctx.recording_events_enabled:
             self._events = RecordingEventsProxy(

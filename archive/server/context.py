@@ -9,7 +9,12 @@ from dataclasses import dataclass, field
 
 from aeron_archive_spark.archive import constants as c
 from aeron_archive_spark.archive.channel import ChannelError, ChannelUri
-from aeron_archive_spark.archive.server.authenticator import Authenticator
+from aeron_archive_spark.archive.server.authenticator import Authenticator, CredentialsAuthenticator
+from aeron_archive_spark.archive.server.authorisation import (
+    ALLOW_ALL,
+    AuthorisationService,
+    ReadOnlyAuthorisationService,
+)
 
 
 def _is_power_of_two(value: int) -> bool:
@@ -46,13 +51,25 @@ class ArchiveContext:
     replay_linger_timeout_ns: int = c.REPLAY_LINGER_TIMEOUT_NS_DEFAULT
     low_storage_space_threshold: int = c.LOW_STORAGE_SPACE_THRESHOLD_DEFAULT
     archive_id: int | None = None  # None: the Aeron client id, as in Java
+    # Who may connect and what they may do (Aeron's authenticator and authorisation service suppliers); the
+    # defaults accept everyone and allow everything. `require_credentials` sets both for the two-secret scheme.
     authenticator: Authenticator = field(default_factory=Authenticator)
+    authorisation_service: AuthorisationService = ALLOW_ALL
     client_name: str = "aeron-archive-py"
     delete_archive_on_start: bool = False
     # Clocks (Aeron's `nanoClock` / `epochClock`), injectable so tests can step time: the agents read `nano_clock`
     # once per duty cycle and hand that time to their sessions; nothing in the server calls `time.*` for a deadline.
     nano_clock: Callable[[], int] = field(default=time.monotonic_ns)  # monotonic ns: deadlines, timeouts, I/O time
     epoch_clock: Callable[[], int] = field(default=epoch_time_ms)  # wall-clock ms: catalog timestamps, auth
+
+    def require_credentials(
+        self, read_write_secret: bytes | str, read_only_secret: bytes | str | None = None
+    ) -> ArchiveContext:
+        """Accept only clients presenting one of the secrets: the read-write one may do everything, the read-only
+        one may list, query positions and replay (`authorisation.READ_ONLY_ACTIONS`)."""
+        self.authenticator = CredentialsAuthenticator(read_write_secret, read_only_secret)
+        self.authorisation_service = ReadOnlyAuthorisationService()
+        return self
 
     def conclude(self) -> ArchiveContext:
         """Validate every setting, naming the bad one, before any thread or file is touched."""

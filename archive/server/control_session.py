@@ -29,7 +29,7 @@ from aeron_archive_spark.archive.constants import (
     RecordingSignal,
 )
 from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
-from aeron_archive_spark.archive.server.authenticator import AuthDecision, Authenticator
+from aeron_archive_spark.archive.server.authenticator import AuthDecision, Authenticator, AuthResult
 from aeron_archive_spark.archive.server.conductor_port import ConductorPort, ResponsePublication
 from aeron_archive_spark.archive.server.control_response_proxy import ControlResponseProxy
 from aeron_archive_spark.archive.server.session import Session
@@ -94,6 +94,7 @@ class ControlSession:
         self.image_session_id = image_session_id
         self._credentials = credentials
         self._authenticator = authenticator
+        self.encoded_principal = b""  # who the authenticator says the client is; the authorisation service's input
         self._connect_timeout_ns = connect_timeout_ns
         self._liveness_interval_ns = liveness_interval_ns
         self._epoch_clock = epoch_clock
@@ -230,15 +231,19 @@ class ControlSession:
             self.abort("invalid client version")
             return 1
         result = self._authenticator.on_connect(self.control_session_id, self._credentials, self._epoch_clock())
-        self._apply_auth(result.decision, result.encoded_challenge)
+        if result.decision is not AuthDecision.PENDING:
+            self._credentials = b""  # not kept once decided (a PENDING authenticator is asked again next cycle)
+        self._apply_auth(result)
         return 1
 
-    def _apply_auth(self, decision: AuthDecision, challenge: bytes) -> None:
+    def _apply_auth(self, result: AuthResult) -> None:
+        decision = result.decision
         if decision is AuthDecision.AUTHENTICATED:
+            self.encoded_principal = result.encoded_principal
             self._set_state(ControlSessionState.AUTHENTICATED)
             self._resend_deadline_ns = 0
         elif decision is AuthDecision.CHALLENGE:
-            self._offer(self._proxy.challenge(self.control_session_id, self.correlation_id, challenge))
+            self._offer(self._proxy.challenge(self.control_session_id, self.correlation_id, result.encoded_challenge))
             self._set_state(ControlSessionState.CHALLENGED)
         elif decision is AuthDecision.REJECTED:
             self._set_state(ControlSessionState.REJECTED)
@@ -378,7 +383,7 @@ class ControlSession:
             result = self._authenticator.on_challenge_response(
                 self.control_session_id, encoded_credentials, self._epoch_clock()
             )
-            self._apply_auth(result.decision, result.encoded_challenge)
+            self._apply_auth(result)
 
     def on_close_session(self) -> None:
         if self._activate("CloseSessionRequest"):
@@ -393,6 +398,16 @@ class ControlSession:
                 correlation_id,
                 ErrorCode.GENERIC,
                 f"request {name} (templateId={template_id}) is not supported by this archive",
+            )
+
+    def on_unauthorised_request(self, correlation_id: int, name: str, template_id: int) -> None:
+        """The authorisation service refused `name` for this session's principal: an UNAUTHORISED_ACTION error
+        naming the request (Java answers "unauthorised action"), and nothing reaches the conductor."""
+        if self._activate(name):
+            self.send_error(
+                correlation_id,
+                ErrorCode.UNAUTHORISED_ACTION,
+                f"unauthorised action: {name} (templateId={template_id}) is not allowed for this client",
             )
 
     def on_start_recording(

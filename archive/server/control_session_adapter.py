@@ -7,6 +7,11 @@ As in Aeron's `ControlSessionAdapter`, each request template has its own small h
 decoded fields once and calls the control session's typed `on_*` method; the codec builds message classes from
 the schema at run time, so this module is the one place that reads fields off a decoded message. What the
 adapter needs from the conductor is `ControlSessionHost`, not the conductor class.
+
+Authorisation is checked here, as in Java's `ControlSessionAdapter.getControlSession`: every request of a known
+session from its own image, except CloseSessionRequest and ChallengeResponse, is first put to the
+`AuthorisationService` with the session's principal; a refused one never reaches the session's handler and is
+answered with an UNAUTHORISED_ACTION error naming it, so a new handler cannot forget the check.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from aeron_archive_spark.archive.codecs import CodecError, load_archive_codec
 from aeron_archive_spark.archive.codecs import templates as t
+from aeron_archive_spark.archive.server.authorisation import ALLOW_ALL, AuthorisationService
 from aeron_archive_spark.archive.server.control_session import ControlSession
 
 if TYPE_CHECKING:
@@ -25,6 +31,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FRAGMENT_LIMIT = 10
+
+# Requests Java's adapter hands to the session without asking the authorisation service: closing one's own
+# session, and answering a challenge (the session is not authenticated yet, so it has no principal).
+_UNCHECKED = frozenset({t.CLOSE_SESSION_REQUEST, t.CHALLENGE_RESPONSE})
 
 # A decoded control request: a `codecs.Message` whose fields the schema defines at run time (hence `Any`).
 DecodedRequest = Any
@@ -52,9 +62,15 @@ class ControlSessionHost(Protocol):
 
 
 class ControlSessionAdapter:
-    def __init__(self, host: ControlSessionHost, subscriptions: list[Subscription]) -> None:
+    def __init__(
+        self,
+        host: ControlSessionHost,
+        subscriptions: list[Subscription],
+        authorisation_service: AuthorisationService = ALLOW_ALL,
+    ) -> None:
         self._host = host
         self._subscriptions = subscriptions
+        self._authorisation = authorisation_service
         self._codec = load_archive_codec()
         self._handlers: dict[int, RequestHandler] = {
             t.CHALLENGE_RESPONSE: self._challenge_response,
@@ -144,6 +160,18 @@ class ControlSessionAdapter:
                 image_session_id,
                 session.image_session_id,
             )
+            return
+        if template_id not in _UNCHECKED and not self._authorisation.is_authorised(
+            t.SCHEMA_ID, template_id, None, session.encoded_principal
+        ):
+            log.warning(
+                "unauthorised archive action %s (templateId=%d) controlSessionId=%d image session %d",
+                msg.name,
+                template_id,
+                control_session_id,
+                image_session_id,
+            )
+            session.on_unauthorised_request(getattr(msg, "correlation_id", -1), msg.name, template_id)
             return
         handler = self._handlers.get(template_id)
         if handler is None:

@@ -108,6 +108,13 @@ def _position_parser(allow_earliest: bool, missing: int) -> Callable[[str, str],
     return parse
 
 
+def _parse_secret(name: str, raw: str) -> str:
+    """The secret exactly as given (whitespace is part of it); errors never echo it."""
+    if not raw:
+        raise OptionError(f"option {name}: the secret is empty")
+    return raw
+
+
 RECORDING_OPTIONS = OptionTable(
     (
         # where the data is
@@ -176,6 +183,14 @@ RECORDING_OPTIONS = OptionTable(
             Mode.ANY,
             "how long to wait for the archive to answer (connect, list, positions)",
             "10s",
+        ),
+        OptionSpec(
+            "archiveSecret",
+            _parse_secret,
+            None,
+            Mode.ANY,
+            "credentials for an archive served with --secret-file/--secret-env: its read-only secret is enough to "
+            "read, writes need the read-write one; redacted by Spark's default spark.redaction.regex",
         ),
         # which recordings
         OptionSpec("recordingId", int_parser(0), None, Mode.ANY, "one recording id"),
@@ -277,6 +292,7 @@ def connection_from_parsed(parsed: ParsedOptions) -> ConnectionOptions:
         replay_channel=parsed.get("replayChannel", REPLAY_CHANNEL_DEFAULT),
         replay_stream_id=parsed.get("replayStreamId", REPLAY_STREAM_ID_DEFAULT),
         message_timeout_ms=parsed.get("messageTimeout", MESSAGE_TIMEOUT_MS_DEFAULT),
+        credentials=parsed.get("archiveSecret"),
     )
 
 

@@ -37,7 +37,12 @@ import numpy as np
 from aeron_archive_spark.archive import recording_pos
 from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
 from aeron_archive_spark.archive.client.connection import ConnectionOptions, default_aeron_dir
-from aeron_archive_spark.archive.client.pool import ConnectionPool, NoMediaDriverError, connection_pool
+from aeron_archive_spark.archive.client.pool import (
+    ConnectionPool,
+    NoMediaDriverError,
+    connection_pool,
+    requires_host_driver,
+)
 from aeron_archive_spark.archive.constants import (
     CATALOG_FILE_NAME,
     NULL_COUNTER_ID,
@@ -412,8 +417,14 @@ class RemoteRecordingSource(RecordingSource):
 
     @contextmanager
     def _archive(self) -> Iterator[AeronArchive]:
-        """A leased planner session on the host's driver; errors name the control channel, stream and driver."""
-        lease = self.pool.archive(self.connection, purpose="planner", host_driver_only=True)
+        """A leased planner session; errors name the control channel, stream and driver.
+
+        On the host's media driver, or (a UDP control channel and none runs on this host, as on a cluster's
+        driver host) on the embedded driver executors use too.
+        """
+        lease = self.pool.archive(
+            self.connection, purpose="planner", host_driver_only=requires_host_driver(self.connection)
+        )
         try:
             archive = lease.acquire()
         except NoMediaDriverError as ex:

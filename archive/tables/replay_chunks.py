@@ -139,7 +139,7 @@ class _ReplayFetch:
         self.limit = partition.limit
         self.connection = connection
         self.timeout_s = stall_timeout_s if stall_timeout_s is not None else connection.message_timeout_ms / 1000.0
-        self.channel = localize_channel(connection.replay_channel)
+        self.channel = localize_channel(connection.replay_channel, connection.control_channel)
         self.stream_id = connection.replay_stream_id
         uri = ChannelUri.parse(self.channel)
         self.wildcard_port = uri.is_udp and (uri.get("endpoint") or "").endswith(":0")

@@ -26,9 +26,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from aeron_archive_spark.archive import ArchiveError, SourceLocation
+from aeron_archive_spark.archive import AeronArchive, ArchiveError, SourceLocation
 from aeron_archive_spark.archive.constants import RecordingSignal
 from aeron_archive_spark.archive.server.archive import Archive
+from aeron_archive_spark.archive.server.authenticator import CredentialsAuthenticator
+from aeron_archive_spark.archive.server.authorisation import ReadOnlyAuthorisationService
 from aeron_archive_spark.archive.server.context import ArchiveContext
 from aeron_archive_spark.archive.storage import frames
 from aeron_archive_spark.archive.storage.catalog import Catalog
@@ -362,6 +364,29 @@ def test_java_client_lists_and_replays_from_the_python_archive_over_udp(java_env
         assert result["unknownReplayError"].startswith("errorCode=5 ")  # UNKNOWN_RECORDING
         assert "987654" in result["unknownReplayError"]
         assert elapsed < 30
+    finally:
+        h.close()
+
+
+def test_java_client_without_credentials_is_refused_with_an_error_response(java_env, aeron_dir, tmp_path):
+    """An archive that requires credentials answers a 1.15 client (which cannot send any) with an ERROR, never
+    silence: the legacy connect fails its version check first, the versioned one is rejected by the authenticator
+    with AUTHENTICATION_REJECTED (10), which the 1.15 client reports as the error code of its exception."""
+    control_port = free_udp_port()
+    control_channel = f"aeron:udp?endpoint=localhost:{control_port}"
+    h = Harness(aeron_dir, str(tmp_path / "archive"), connect=False, control_channel=control_channel,
+                control_stream_id=10, authenticator=CredentialsAuthenticator(b"rw-secret", b"ro-secret"),
+                authorisation_service=ReadOnlyAuthorisationService())
+    try:  # our client, with the secret, is accepted over the same UDP channel
+        h.clients.append(AeronArchive.connect(
+            aeron_dir=aeron_dir, control_request_channel=control_channel, control_request_stream_id=10,
+            control_response_channel="aeron:udp?endpoint=localhost:0", credentials=b"ro-secret"))
+        t0 = time.monotonic()
+        result = java_env.run("io.aeron.archive.client.JavaConnectProbe", tmp_path / "java-aeron", control_channel,
+                              10, free_udp_port(), free_udp_port(), timeout=60).json()
+        assert result["legacyConnect"] == "errorCode=0 error: invalid client version 0.0.0, archive is 1.x"
+        assert result["versionedConnect"] == "errorCode=10 connect rejected: authentication rejected"
+        assert time.monotonic() - t0 < 30  # answered, not timed out (the probe waits up to 15 s per connect)
     finally:
         h.close()
 

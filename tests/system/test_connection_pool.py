@@ -36,6 +36,8 @@ from aeron_archive_spark.archive.client.pool import (
     SessionKey,
     connection_pool,
     localize_channel,
+    requires_host_driver,
+    route_address,
     settings_from_env,
 )
 from aeron_archive_spark.archive.constants import RecordingSignal
@@ -357,6 +359,28 @@ def test_localize_channel_replaces_only_a_wildcard_udp_host(monkeypatch):
     assert localize_channel("aeron:udp?endpoint=0.0.0.0:0") == "aeron:udp?endpoint=10.1.2.3:0"
     assert localize_channel("aeron:udp?endpoint=localhost:0") == "aeron:udp?endpoint=localhost:0"
     assert localize_channel("aeron:ipc") == "aeron:ipc"
+
+
+def test_localize_channel_finds_the_address_toward_the_archive(monkeypatch):
+    monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
+    remote = "aeron:udp?endpoint=192.0.2.7:8010"  # TEST-NET-1: routed by the default route, never answered
+    toward = route_address("192.0.2.7")
+    if toward is None:
+        pytest.skip("this host has no route toward 192.0.2.7 (no default route)")
+    # the defaults' localhost and a wildcard both become this host's address on the archive's network
+    assert localize_channel("aeron:udp?endpoint=localhost:0", remote) == f"aeron:udp?endpoint={toward}:0"
+    assert localize_channel("aeron:udp?endpoint=0.0.0.0:0|mtu=8k", remote) == f"aeron:udp?endpoint={toward}:0|mtu=8k"
+    assert localize_channel("aeron:udp?endpoint=10.9.9.9:0", remote) == "aeron:udp?endpoint=10.9.9.9:0"
+    # an archive on this host: loopback stays, a wildcard becomes the loopback address toward it
+    local = "aeron:udp?endpoint=localhost:8010"
+    assert localize_channel("aeron:udp?endpoint=localhost:0", local) == "aeron:udp?endpoint=localhost:0"
+    assert localize_channel("aeron:udp?endpoint=0.0.0.0:0", local) == "aeron:udp?endpoint=127.0.0.1:0"
+    assert localize_channel("aeron:udp?endpoint=localhost:0", "aeron:ipc") == "aeron:udp?endpoint=localhost:0"
+
+
+def test_only_an_ipc_control_channel_requires_the_host_driver():
+    assert requires_host_driver(ConnectionOptions(control_channel="aeron:ipc"))
+    assert not requires_host_driver(ConnectionOptions(control_channel="aeron:udp?endpoint=10.0.0.1:8010"))
 
 
 # -- callers -----------------------------------------------------------------------------------------------------
