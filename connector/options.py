@@ -15,39 +15,18 @@ from aeron_archive_spark.archive.tables.option_table import (
     OptionTable,
     choice_parser,
     parse_duration_ms,
-    parse_string,
 )
 from aeron_archive_spark.archive.tables.options import RECORDING_OPTIONS
-
-# A streaming sink keeps its state here under the query's checkpointLocation unless sinkStateDir says otherwise.
-STATE_SUBDIR = "aeron-archive-sink"
 
 SINK_OPTIONS = OptionTable(
     (
         OptionSpec(
-            "sinkStateDir",
-            parse_string,
-            None,
-            Mode.WRITE,
-            "sink state: recording id, batch id -> positions map, pending-commit marker; one per query, on a "
-            "filesystem the driver can fsync",
-            f"<checkpointLocation>/{STATE_SUBDIR} (streaming); none (batch)",
-        ),
-        OptionSpec(
-            "stagingLocation",
-            parse_string,
-            None,
-            Mode.WRITE,
-            "where executors stage each partition's Arrow data until the driver commits it; executors and "
-            "driver must share it",
-            "<sinkStateDir>/staging (batch without sinkStateDir: a temp dir)",
-        ),
-        OptionSpec(
             "sourceLocation",
             choice_parser("local", "remote"),
-            "local",
+            None,
             Mode.WRITE,
             "where the archive finds the sink's publication: local (same media driver, spy for UDP) or remote",
+            "local if the archive is on this host (IPC or loopback control channel), else remote",
         ),
         OptionSpec(
             "publishTimeout",

@@ -2,8 +2,9 @@
 
 `df.writeStream.format("aeron-archive")` turns each micro-batch into one contiguous position range of a recording
 (`channel` + `streamId`: the first batch starts the recording, later batches and restarts extend it). The sink keeps
-a durable batch map, `batchId -> [startPosition, stopPosition)`, in `<checkpointLocation>/aeron-archive-sink`, and
-a batch that Spark runs again (after a crash between the sink's commit and Spark's own commit log entry) is
+a durable batch map, `batchId -> [startPosition, stopPosition)`, in the archive itself: a small "sink log"
+recording found by the query's `checkpointLocation`, so a restart on any host that reaches the archive finds it. A
+batch that Spark runs again (after a crash between the sink's commit and Spark's own commit log entry) is
 recognised there and not written twice.
 
 This script:
@@ -11,8 +12,9 @@ This script:
    new recording, and stops it after a few batches (possibly in the middle of one);
 2. deletes Spark's last commit-log entry, as if the driver had crashed right after the sink committed that batch;
 3. restarts the query from the checkpoint: Spark re-runs that batch, the sink skips it, and the query continues;
-4. prints the batch map (`aeron_archive_spark.connector.sink.read_batch_map`) and reads the recording back, checking that every row
-   of every committed batch is there exactly once, inside its batch's position range.
+4. prints the batch map (`aeron_archive_spark.connector.sink.read_batch_map`, read from the archive) and reads the
+   recording back, checking that every row of every committed batch is there exactly once, inside its batch's
+   position range.
 
 Run it on its own (embedded archive in a temporary directory):
 
@@ -105,7 +107,16 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from aeron_archive_spark.connector.sink import read_batch_map, read_sink_state
+    from aeron_archive_spark.archive.client.connection import ConnectionOptions
+    from aeron_archive_spark.connector.sink import read_batch_map, read_sink
+
+    # The same archive, as the reading API takes it: the sink's state is a recording there, named by the checkpoint.
+    archive_connection = ConnectionOptions(aeron_dir=aeron_dir, control_channel=args.control_channel,
+                                           control_stream_id=args.control_stream_id,
+                                           control_response_channel="aeron:ipc")
+
+    def batch_map():
+        return read_batch_map(archive_connection, checkpoint_location=checkpoint)
 
     spark = (SparkSession.builder.master("local[2]").appName("exactly-once-sink")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
@@ -121,31 +132,32 @@ def main(argv: list[str] | None = None) -> int:
                 .option("checkpointLocation", checkpoint)
                 .trigger(processingTime="1 second").start())
 
-    state_dir = os.path.join(checkpoint, "aeron-archive-sink")
     try:
         # 1. Run, then stop mid-way.
         run_until(start_query(), args.batches - 1)
         say(f"query stopped; Spark's commit log has batches {spark_commits(checkpoint)}, the sink's batch map "
-            f"{[e.batch_id for e in read_batch_map(state_dir)]}")
+            f"{[e.batch_id for e in batch_map()]}")
 
         # 2. The worst moment for a crash: the sink has committed a batch but Spark's commit log does not say so.
         last = spark_commits(checkpoint)[-1]
         simulate_crash_after_sink_commit(checkpoint, last)
         say(f"simulated a crash right after the sink committed batch {last}: Spark will run it again")
-        before = {e.batch_id: e for e in read_batch_map(state_dir)}
+        before = {e.batch_id: e for e in batch_map()}
 
         # 3. Restart from the checkpoint: batch `last` is re-run (and skipped by the sink), then new batches.
         run_until(start_query(), last + args.batches)
-        after = {e.batch_id: e for e in read_batch_map(state_dir)}
+        after = {e.batch_id: e for e in batch_map()}
         assert last in spark_commits(checkpoint), f"Spark did not run batch {last} again"
         assert after[last] == before[last], f"the sink wrote batch {last} again"
         say(f"restarted query stopped; Spark ran batch {last} again and the sink skipped it (its batch map entry "
             f"is unchanged); Spark's commit log has batches {spark_commits(checkpoint)}")
 
         # 4. The batch map, and the recording read back through the archive.
-        entries = read_batch_map(state_dir)
-        recording_id = read_sink_state(state_dir).recording_id
-        say(f"batch map of recording {recording_id} ({state_dir}):")
+        entries = batch_map()
+        sink = read_sink(archive_connection, checkpoint_location=checkpoint)
+        recording_id = sink.state.target.recording_id
+        say(f"batch map of recording {recording_id} (kept in sink log recording {sink.log_recording_id} of the "
+            "archive):")
         for e in entries:
             say(f"  batch {e.batch_id}: [{e.start_position}, {e.stop_position}) {e.rows} rows")
         assert [e.batch_id for e in entries] == list(range(len(entries))), "batch ids must be contiguous"
@@ -168,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:
         spark.stop()
+        from aeron_archive_spark.archive.client.pool import connection_pool
+
+        connection_pool().close()  # the reads' archive session, before its archive (and media driver) goes
         if archive is not None:
             archive.close()
         shutil.rmtree(temp_dir, ignore_errors=True)

@@ -5,11 +5,24 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import tempfile
 from collections.abc import Iterator
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+
+# Fault injection of the sink's crash tests: set before any Spark session (and so its workers) starts.
+os.environ.setdefault("AERON_ARCHIVE_SPARK_FAULT_DIR", tempfile.mkdtemp(prefix="aeron-archive-spark-faults-"))
+
+
+@pytest.fixture(autouse=True)
+def _no_armed_faults() -> Iterator[None]:
+    """A fault a test armed but that never fired must not fire in a later test."""
+    yield
+    from aeron_archive_spark.connector.sink import faults
+
+    faults.disarm()
 
 
 def free_udp_port() -> int:

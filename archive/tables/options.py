@@ -343,7 +343,7 @@ class SourceOptions:
     max_trigger_delay_ms: int
     max_bytes_per_partition: int
     fail_on_data_loss: bool
-    sbe_schema: str | None
+    sbe_schema: str | None  # the schema's XML text (see archive.tables.sbe.columns.schema_text)
     sbe_message: str | None
     sbe_on_error: str
     streaming: bool
@@ -391,6 +391,10 @@ class SourceOptions:
         if sbe_schema is not None and not os.path.isfile(sbe_schema):
             raise OptionError(f"option sbeSchema: no such file {sbe_schema!r}")
 
+        if sbe_schema is not None:
+            from aeron_archive_spark.archive.tables.sbe.columns import schema_text  # numpy/pyarrow: only when used
+
+            sbe_schema = schema_text(sbe_schema)
         return cls(
             archive_dir=archive_dir,
             connection=connection,
@@ -403,7 +407,8 @@ class SourceOptions:
             max_trigger_delay_ms=parsed.get("maxTriggerDelay", MAX_TRIGGER_DELAY_MS_DEFAULT),
             max_bytes_per_partition=parsed["maxBytesPerPartition"],
             fail_on_data_loss=parsed["failOnDataLoss"],
-            sbe_schema=None if sbe_schema is None else os.path.abspath(sbe_schema),
+            # The XML text, read here on the driver: it travels with the plan, executors need no copy of the file.
+            sbe_schema=sbe_schema,
             sbe_message=parsed.get("sbeMessage"),
             sbe_on_error=parsed.get("sbe.onError", "fail"),
             streaming=bool(streaming),

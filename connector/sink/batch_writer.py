@@ -1,14 +1,16 @@
 """`df.write.format("aeron-archive").mode("append")`: the streaming sink's machinery for one batch.
 
-Each `df.write` is one entry of the batch map, with the next free batch id of `sinkStateDir` as its (pseudo)
-batch id. Only `append` is supported: `overwrite` would have to truncate the recording under its readers (a
-recording is an append-only log that others may be tailing), and making "truncate, then write" exactly once
-would need a second pending state for little use; truncate explicitly with `AeronArchive.truncate_recording`
-if that is really wanted.
+Each `df.write` is one entry of the batch map of its target (recording id, or channel and stream id), with the
+next free batch id as its (pseudo) batch id: every write to the same target shares one sink log in the archive,
+so a write also repairs what a crashed earlier write left behind.
 
-Without `sinkStateDir`, state lives only for the duration of the write: task retries are still exactly once and
-a failed commit is rolled back at once, but a driver crash mid-commit cannot be repaired later, and a
-`channel`/`streamId` target starts a new recording per write. Give `sinkStateDir` for both.
+Only `append` is supported: `overwrite` would have to truncate the recording under its readers (a recording is
+an append-only log that others may be tailing), and making "truncate, then write" exactly once would need a
+second pending state for little use; truncate explicitly with `AeronArchive.truncate_recording` if that is
+really wanted.
+
+A write is all or nothing: its rows reach the archive only in the driver's commit, which truncates whatever it
+published if it fails (or, after a driver crash, the next write to the same target does).
 """
 
 from __future__ import annotations
@@ -56,11 +58,9 @@ class AeronArchiveBatchWriter(DataSourceArrowWriter):
         return stage_partition(
             iterator,
             self.layout,
-            self.options.staging_dir,
             self.label,
             context.partitionId(),
             context.attemptNumber(),
-            self.options.state_dir or self.options.staging_dir,
         )
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:

@@ -1,8 +1,9 @@
-"""`aeron-archive batches --state DIR [--json]`: print a sink's batch id -> recording positions map.
+"""`aeron-archive batches`: print Spark sinks' batch id -> recording positions maps, read from the archive.
 
 Declared as an `aeron_archive_spark.cli` entry point in pyproject.toml, which the `aeron-archive` command loads
-(the engine never imports the connector). It reads only the sink's state directory (no archive or Spark needed),
-so an operator can map a position in the recording back to the micro-batch that wrote it, or see that a commit is
+(the engine never imports the connector). A sink's state is a log recording in the archive itself
+(`aeron_archive_spark.connector.sink.sink_log`), so this asks a running archive, from any host that reaches it:
+an operator can map a position in a recording back to the micro-batch that wrote it, or see that a commit is
 pending after a crash.
 """
 
@@ -10,62 +11,99 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from datetime import UTC, datetime
 
-from aeron_archive_spark.connector.sink.batch_map import read_batch_map
+from aeron_archive_spark.archive import constants as c
+from aeron_archive_spark.archive.client.connection import ConnectionOptions
 from aeron_archive_spark.connector.sink.errors import SinkError
-from aeron_archive_spark.connector.sink.state import load_pending, load_state
+from aeron_archive_spark.connector.sink.sink_log import (
+    SinkView,
+    read_sinks,
+    sink_identity,
+    sink_key,
+)
 
 
 def add_subparser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Register the `batches` command on an argparse subparsers object; returns its parser."""
     parser = subparsers.add_parser(
         "batches",
-        help="a Spark sink's batch id -> [startPosition, stopPosition) map (offline)",
-        description="Print the batches a format('aeron-archive') sink committed, from its sinkStateDir "
-        "(by default <checkpointLocation>/aeron-archive-sink).",
+        help="Spark sinks' batch id -> [startPosition, stopPosition) maps, from their logs in the archive",
+        description="Print the batches format('aeron-archive') sinks committed: every sink of the archive, or "
+        "the one named by --checkpoint (a stream) or by its target (a batch write).",
     )
-    parser.add_argument("--state", required=True, help="the sink's state directory (sinkStateDir)")
+    parser.add_argument("--aeron-dir", help="media driver directory (default: $AERON_DIR, else an embedded one)")
+    parser.add_argument("--control-channel", default=c.CONTROL_CHANNEL_DEFAULT, help="the archive's control channel")
+    parser.add_argument("--control-stream-id", type=int, default=c.CONTROL_STREAM_ID_DEFAULT)
+    parser.add_argument("--checkpoint", help="the streaming query's checkpointLocation, as given to Spark")
+    parser.add_argument("--recording-id", type=int, help="the target recording of batch writes")
+    parser.add_argument("--channel", help="the target channel of batch writes (with --stream-id)")
+    parser.add_argument("--stream-id", type=int, help="the target stream id of batch writes (with --channel)")
     parser.add_argument(
-        "--json", action="store_true", help="one JSON object: recording, pending commit and every batch entry"
+        "--json", action="store_true", help="a JSON array: per sink its log, target, pending commit and batches"
     )
     parser.set_defaults(func=run)
     return parser
 
 
+def _key(args: argparse.Namespace) -> str | None:
+    if args.checkpoint is not None:
+        return sink_key(sink_identity(True, args.checkpoint, None, None, None))
+    if args.recording_id is not None:
+        return sink_key(sink_identity(False, None, args.recording_id, None, None))
+    if args.channel is not None or args.stream_id is not None:
+        if args.channel is None or args.stream_id is None:
+            raise SystemExit("aeron-archive: --channel and --stream-id go together")
+        return sink_key(sink_identity(False, None, None, args.channel, args.stream_id))
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
-    state_dir = os.path.abspath(args.state)
-    if not os.path.isdir(state_dir):
-        raise SystemExit(f"aeron-archive: no sink state directory {state_dir}")
+    connection = ConnectionOptions(
+        aeron_dir=args.aeron_dir, control_channel=args.control_channel, control_stream_id=args.control_stream_id
+    )
+    key = _key(args)
     try:
-        state = load_state(state_dir)
-        pending = load_pending(state_dir)
-        entries = read_batch_map(state_dir)
+        views = read_sinks(connection, key)
     except SinkError as ex:
         raise SystemExit(f"aeron-archive: {ex}") from None
+    if key is not None and not views:
+        raise SystemExit(f"aeron-archive: no such sink in the {connection.describe()}")
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "stateDir": state_dir,
-                    "sink": None if state is None else state.to_json(),
-                    "pending": None if pending is None else pending.to_json(),
-                    "batches": [e.to_json() for e in entries],
-                },
-                indent=2,
-            )
-        )
+        print(json.dumps([_to_json(v) for v in views], indent=2))
         return 0
-    if state is None:
-        print(f"{state_dir}: no recording yet")
+    if not views:
+        print(f"no aeron-archive sinks in the {connection.describe()}")
+    for view in views:
+        _print(view)
+    return 0
+
+
+def _to_json(view: SinkView) -> dict[str, object]:
+    state = view.state
+    return {
+        "logRecordingId": view.log_recording_id,
+        "key": view.key,
+        "sink": None if state.target is None else state.target.to_json(),
+        "pending": None if state.pending is None else state.pending.to_json(),
+        "batches": [e.to_json() for e in view.entries or []],
+    }
+
+
+def _print(view: SinkView) -> None:
+    state = view.state
+    entries = view.entries or []
+    if state.target is None:
+        print(f"sink log recording {view.log_recording_id}: no target recording yet")
     else:
-        origin = "created by the sink" if state.created_by_sink else "given by recordingId"
+        target = state.target
+        origin = "created by the sink" if target.created_by_sink else "given by recordingId"
         print(
-            f"{state_dir}: recording {state.recording_id} (stream {state.stream_id}, {origin}), "
-            f"{len(entries)} committed batch(es)"
+            f"{target.identity} (sink log recording {view.log_recording_id}): recording {target.recording_id} "
+            f"(stream {target.stream_id}, {origin}, {target.kind}), {len(entries)} committed batch(es)"
         )
-    if pending is not None:
+    if state.pending is not None:
+        pending = state.pending
         print(
             f"pending: batch {pending.batch_id} started at position {pending.start_position} of recording "
             f"{pending.recording_id} and did not finish; the next commit truncates back to it"
@@ -80,4 +118,3 @@ def run(args: argparse.Namespace) -> int:
             f"{e.batch_id:>8} {e.recording_id:>11} {e.start_position:>14} {e.stop_position:>14} "
             f"{e.stop_position - e.start_position:>12} {e.rows:>10}  {when}"
         )
-    return 0

@@ -1,9 +1,10 @@
 """Fault injection for crash tests: make a write or a commit fail at a chosen point, in a real Spark worker.
 
-Tests cannot monkeypatch code that runs in Spark's Python workers, and environment variables are fixed when the
-JVM starts, so faults are armed through a JSON file in the sink's state directory (or the staging directory
-when there is none): `FAULT_FILE`, a list of specs. The sink checks for the file with one `os.path.exists` per
-write task and per commit, so it costs nothing when unused. A spec:
+Tests cannot monkeypatch code that runs in Spark's Python workers, so faults are armed through a JSON file
+(`FAULT_FILE`, a list of specs) in the directory named by the environment variable `FAULT_DIR_ENV`, which the
+test sets before its Spark session (and so its workers) start; without the variable the hooks do nothing. The sink
+checks for the file with one `os.path.exists` per write task and per commit, so it costs nothing when unused.
+Faults of the cluster tests are real ones instead (kill -9 of workers, drivers and the archive). A spec:
 
     {"point": "write" | "after-stage" | "before-publish" | "publish" | "before-entry" | "after-entry",
      "action": "raise" | "exit",          # exit: os._exit(17), a hard crash of the Python worker
@@ -27,15 +28,29 @@ from aeron_archive_spark.connector.sink.errors import InjectedFault
 log = logging.getLogger(__name__)
 
 FAULT_FILE = "_inject_faults.json"
+FAULT_DIR_ENV = "AERON_ARCHIVE_SPARK_FAULT_DIR"
 POINTS = ("write", "after-stage", "before-publish", "publish", "before-entry", "after-entry")
+
+
+def fault_dir() -> str | None:
+    """Where faults are armed ($AERON_ARCHIVE_SPARK_FAULT_DIR), or None: fault injection is off."""
+    return os.environ.get(FAULT_DIR_ENV) or None
 
 
 def fault_path(directory: str) -> str:
     return os.path.join(directory, FAULT_FILE)
 
 
-def arm(directory: str, *specs: dict[str, Any]) -> None:
-    """Add fault specs (tests call this; the file is shared by executors and the driver)."""
+def _armed_dir() -> str | None:
+    directory = fault_dir()
+    return directory if directory is not None and os.path.exists(fault_path(directory)) else None
+
+
+def arm(*specs: dict[str, Any]) -> None:
+    """Add fault specs (tests call this; the directory is shared by the test's executors and driver)."""
+    directory = fault_dir()
+    if directory is None:
+        raise RuntimeError(f"set ${FAULT_DIR_ENV} before the Spark session starts to arm faults")
     for spec in specs:
         if spec.get("point") not in POINTS:
             raise ValueError(f"fault point must be one of {POINTS}, got {spec.get('point')!r}")
@@ -45,7 +60,16 @@ def arm(directory: str, *specs: dict[str, Any]) -> None:
         _write(directory, current + list(specs))
 
 
-def disarm(directory: str) -> None:
+def armed() -> list[dict[str, Any]]:
+    """The specs still armed (a test checks that every one fired)."""
+    directory = fault_dir()
+    return [] if directory is None else _read(directory)
+
+
+def disarm() -> None:
+    directory = fault_dir()
+    if directory is None:
+        return
     with _locked(directory), suppress(FileNotFoundError):
         os.remove(fault_path(directory))
 
@@ -89,9 +113,10 @@ def _matches(spec: dict[str, Any], point: str, rows: int, context: dict[str, Any
     return all(spec[key] == value for key, value in context.items() if key in spec)
 
 
-def rows_threshold(directory: str | None, point: str, **context: Any) -> int | None:
+def rows_threshold(point: str, **context: Any) -> int | None:
     """The afterRows of the first armed spec for `point` that matches `context`, or None (no file: no I/O)."""
-    if directory is None or not os.path.exists(fault_path(directory)):
+    directory = _armed_dir()
+    if directory is None:
         return None
     for spec in _read(directory):
         if spec.get("point") == point and all(spec[k] == v for k, v in context.items() if k in spec):
@@ -99,9 +124,10 @@ def rows_threshold(directory: str | None, point: str, **context: Any) -> int | N
     return None
 
 
-def check(directory: str | None, point: str, rows: int = 0, **context: Any) -> None:
+def check(point: str, rows: int = 0, **context: Any) -> None:
     """Fire the first armed spec matching this point, row count and context (raise, or exit the process)."""
-    if directory is None or not os.path.exists(fault_path(directory)):
+    directory = _armed_dir()
+    if directory is None:
         return
     with _locked(directory):
         specs = _read(directory)

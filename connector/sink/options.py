@@ -9,12 +9,9 @@ I/O; the result is frozen and picklable because the writer travels to executors.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 from aeron_archive_spark.archive.client.connection import ConnectionOptions
 from aeron_archive_spark.archive.tables.option_table import (
@@ -23,10 +20,23 @@ from aeron_archive_spark.archive.tables.option_table import (
     parse_options,
 )
 from aeron_archive_spark.archive.tables.options import connection_from_parsed
-from aeron_archive_spark.connector.options import OPTIONS, STATE_SUBDIR
+from aeron_archive_spark.connector.options import OPTIONS
 
 # Spark adds the query's checkpointLocation to a streaming sink's options; it is not a user option of ours.
 CHECKPOINT_KEY = "checkpointlocation"
+
+# Options of earlier versions, refused with what replaced them rather than as unknown.
+REMOVED_OPTIONS = {
+    "sinkstatedir": (
+        "option sinkStateDir was removed: the sink keeps its exactly-once state in the archive itself (a sink "
+        "log recording found by the query's checkpointLocation, or by the target of a batch write), so nothing "
+        "has to be shared between hosts; remove the option (see docs/cluster.md)"
+    ),
+    "staginglocation": (
+        "option stagingLocation was removed: executors hand their rows to the driver in Spark's commit "
+        "messages, so no staging directory is shared between executors and the driver; remove the option"
+    ),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,9 +48,7 @@ class SinkOptions:
     channel: str | None
     stream_id: int | None
     source_location: str
-    state_dir: str | None
-    staging_dir: str
-    checkpoint_location: str | None
+    checkpoint_location: str | None  # as Spark passed it (any URI scheme): the streaming sink's identity
     publish_timeout_s: float
     sbe_schema: str | None
     sbe_message: str | None
@@ -52,22 +60,12 @@ class SinkOptions:
         return f"channel={self.channel} streamId={self.stream_id}"
 
 
-def local_path(location: str, option: str) -> str:
-    """A POSIX path from a plain path or a `file:` URI; other schemes cannot be fsynced/renamed atomically here."""
-    parsed = urlparse(location)
-    if parsed.scheme == "file":
-        return os.path.abspath(unquote(parsed.path))
-    if parsed.scheme == "" or len(parsed.scheme) == 1:
-        return os.path.abspath(os.path.expanduser(location))
-    raise OptionError(
-        f"option {option}={location!r} uses scheme {parsed.scheme!r}: the aeron-archive sink keeps its state and "
-        "staged data on a local or shared POSIX filesystem; set sinkStateDir (and stagingLocation) to such a path"
-    )
-
-
 def parse_sink_options(options: Mapping[str, Any], streaming: bool) -> SinkOptions:
     """Validate Spark's options for `writeStream` (streaming) or `write`; errors name the option."""
     raw = {str(k): str(v) for k, v in dict(options).items() if v is not None}
+    for key in raw:
+        if key.lower() in REMOVED_OPTIONS:
+            raise OptionError(REMOVED_OPTIONS[key.lower()])
     checkpoint = next((v for k, v in raw.items() if k.lower() == CHECKPOINT_KEY), None)
     parsed = parse_options(
         {k: v for k, v in raw.items() if k.lower() != CHECKPOINT_KEY},
@@ -99,42 +97,38 @@ def parse_sink_options(options: Mapping[str, Any], streaming: bool) -> SinkOptio
         except ChannelError as ex:
             raise OptionError(f"option channel: {ex}") from None
 
-    checkpoint_path = (
-        local_path(checkpoint, "checkpointLocation")
-        if checkpoint and urlparse(checkpoint).scheme in ("", "file")
-        else None
-    )
-    if parsed.get("sinkStateDir"):
-        state_dir: str | None = local_path(parsed["sinkStateDir"], "sinkStateDir")
-    elif streaming:
-        if checkpoint is None:
-            raise OptionError(
-                "the aeron-archive sink needs option sinkStateDir, or the query's checkpointLocation "
-                "(its state then lives in <checkpointLocation>/" + STATE_SUBDIR + ")"
-            )
-        state_dir = os.path.join(local_path(checkpoint, "checkpointLocation"), STATE_SUBDIR)
-    else:
-        state_dir = None
-    if parsed.get("stagingLocation"):
-        staging_dir = local_path(parsed["stagingLocation"], "stagingLocation")
-    elif state_dir is not None:
-        staging_dir = os.path.join(state_dir, "staging")
-    else:
-        staging_dir = os.path.join(tempfile.gettempdir(), "aeron-archive-sink-staging")
+    if streaming and not checkpoint:
+        raise OptionError(
+            "the aeron-archive sink needs the query's checkpointLocation (option checkpointLocation or "
+            "spark.sql.streaming.checkpointLocation): it identifies the sink's exactly-once state in the archive"
+        )
 
     if parsed.get("sbeMessage") is not None and parsed.get("sbeSchema") is None:
         raise OptionError("option sbeMessage needs option sbeSchema (the SBE XML schema to encode with)")
 
+    connection = connection_from_parsed(parsed)
     return SinkOptions(
-        connection=connection_from_parsed(parsed),
+        connection=connection,
         recording_id=recording_id,
         channel=channel,
         stream_id=stream_id,
-        source_location=parsed["sourceLocation"],
-        state_dir=state_dir,
-        staging_dir=staging_dir,
-        checkpoint_location=checkpoint_path,
+        source_location=parsed["sourceLocation"] or _default_source_location(connection.control_channel),
+        checkpoint_location=checkpoint if streaming else None,
         publish_timeout_s=parsed["publishTimeout"] / 1000.0,
-        sbe_schema=parsed.get("sbeSchema"),
+        # The XML text, read on the driver: executors encode with it and need no copy of the file.
+        sbe_schema=None if parsed.get("sbeSchema") is None else _schema_text(parsed["sbeSchema"]),
         sbe_message=parsed.get("sbeMessage"),
     )
+
+
+def _schema_text(path: str) -> str:
+    from aeron_archive_spark.archive.tables.sbe.columns import schema_text  # numpy/pyarrow: only when used
+
+    return schema_text(path)
+
+
+def _default_source_location(control_channel: str) -> str:
+    """`local` when the archive runs on this host (it can spy our publication), else `remote` (a cluster)."""
+    from aeron_archive_spark.archive.client.pool import archive_is_remote
+
+    return "remote" if archive_is_remote(control_channel) else "local"

@@ -2,9 +2,9 @@
 
 Spark creates this writer per micro-batch in a planning worker (that instance is pickled to the executors for
 `write`) and again in a fresh driver-side worker for `commit`/`abort`, so nothing but the options travels
-between the two: the staged files are named in the commit messages, and everything durable lives in
-`sinkStateDir`. See `aeron_archive_spark.connector.sink.committer` for the protocol and what each crash point
-leaves behind.
+between the two: the rows travel in the commit messages, and everything durable lives in the archive (the
+sink log found by the query's checkpointLocation). See `aeron_archive_spark.connector.sink.committer` for the
+protocol and what each crash point leaves behind.
 """
 
 from __future__ import annotations
@@ -53,11 +53,9 @@ class AeronArchiveStreamWriter(DataSourceStreamArrowWriter):
         return stage_partition(
             iterator,
             self.layout,
-            self.options.staging_dir,
             str(int(batch_id)),
             context.partitionId(),
             context.attemptNumber(),
-            self.options.state_dir or self.options.staging_dir,
         )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

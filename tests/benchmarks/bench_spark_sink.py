@@ -2,18 +2,16 @@
 
 Both queries read the same in-memory Python streaming source (zero-copy Arrow batches of fixed-size values,
 `availableNow`, fixed rows per micro-batch) and differ only in the sink: `bench-noop` is a
-`DataSourceStreamArrowWriter` whose `write` only counts rows, `aeron-archive` stages every partition as Arrow IPC
-and publishes it into a real archive recording on commit, exactly once. Figures are rows/s and MB/s of value
+`DataSourceStreamArrowWriter` whose `write` only counts rows, `aeron-archive` serializes every partition as Arrow
+IPC into its commit message and the driver publishes it into a real archive recording on commit, exactly once (its
+state: a sink log recording in the same archive, found by each query's checkpointLocation). Figures are rows/s and MB/s of value
 bytes over the wall time from `start()` to the end of the query; the ratio is aeron-archive / no-op.
 
 The archive and its media driver run in this process, so they share the machine's cores with Spark's JVM and
 Python workers, as they would on a single host. Aeron clients created here (the archive's) use a 1 ms conductor
 idle sleep, the usual low-latency setting; the sink sets the same for its own client.
 
-Staged files go under the checkpoint by default (disk); `--staging /dev/shm/...` shows what a tmpfs staging
-location saves on a single host.
-
-Run: `python -m tests.benchmarks.bench_spark_sink [--rows-64 N] [--rows-1k N] [--reps N] [--staging DIR]`.
+Run: `python -m tests.benchmarks.bench_spark_sink [--rows-64 N] [--rows-1k N] [--reps N]`.
 """
 
 from __future__ import annotations
@@ -182,9 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-rows-1k", type=int, default=200_000, help="rows per micro-batch, 1 KiB values")
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--term-length", default="16m", help="term length of the recording's channel")
-    parser.add_argument("--work-dir", default=None, help="where the archive, checkpoints and staging go")
-    parser.add_argument("--staging", default=None,
-                        help="the sink's stagingLocation (default: under the checkpoint; e.g. /dev/shm/x on one host)")
+    parser.add_argument("--work-dir", default=None, help="where the archive and the checkpoints go")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("AERON_CLIENT_IDLE_SLEEP_DURATION", "1ms")
@@ -193,8 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     from aeron_archive_spark.archive.native import EmbeddedMediaDriver
     from aeron_archive_spark.archive.server.archive import Archive
     from aeron_archive_spark.archive.server.context import ArchiveContext
-    from aeron_archive_spark.connector.sink.batch_map import read_batch_map
-    from aeron_archive_spark.connector.sink.options import STATE_SUBDIR
+    from aeron_archive_spark.archive.client.connection import ConnectionOptions
+    from aeron_archive_spark.archive.client.pool import connection_pool
+    from aeron_archive_spark.connector.sink import read_batch_map
 
     work = tempfile.mkdtemp(prefix="bench-spark-sink-", dir=args.work_dir)
     driver = EmbeddedMediaDriver(os.path.join(work, "driver"))
@@ -218,8 +215,6 @@ def main(argv: list[str] | None = None) -> int:
                 "controlStreamId": str(ctx.local_control_stream_id), "controlResponseChannel": "aeron:ipc",
                 "channel": f"aeron:ipc?term-length={args.term_length}", "streamId": str(stream_id),
             }
-            if args.staging:
-                aeron_options["stagingLocation"] = args.staging
             warm = min(rows, 2 * batch_rows) // 4
             run_query(spark, "bench-noop", {}, value_size, warm, max(warm // 2, 1), work)
             run_query(spark, "aeron-archive", aeron_options, value_size, warm, max(warm // 2, 1), work)
@@ -229,17 +224,20 @@ def main(argv: list[str] | None = None) -> int:
                     runs.append(run)
                     print(f"  {sink:<14} {value_size:>5} B  {run.rows:>9} rows in {run.batches:>3} batches  "
                           f"{run.seconds:7.2f} s  {run.rows_s:>11,.0f} rows/s  {run.mb_s:8.1f} MB/s", flush=True)
+        # every query's batches are in its sink log (the checkpoint, as run_query passed it, names the sink)
+        connection = ConnectionOptions(aeron_dir=driver.aeron_dir, control_channel=ctx.local_control_channel,
+                                       control_stream_id=ctx.local_control_stream_id,
+                                       control_response_channel="aeron:ipc")
         for checkpoint in os.listdir(work):
             if checkpoint.startswith("chk-aeron-archive-"):
-                entries = read_batch_map(os.path.join(work, checkpoint, STATE_SUBDIR))
-                assert all(e.stop_position > e.start_position for e in entries)
+                entries = read_batch_map(connection, checkpoint_location=os.path.join(work, checkpoint))
+                assert entries and all(e.stop_position > e.start_position for e in entries)
     finally:
         spark.stop()
+        connection_pool().close()
         archive.close()
         driver.close()
         shutil.rmtree(work, ignore_errors=True)
-        if args.staging:
-            shutil.rmtree(args.staging, ignore_errors=True)
 
     print()
     print(f"{'value':>6} {'sink':<14} {'rows/s':>12} {'MB/s':>9} {'in-trigger rows/s':>18}")

@@ -1,9 +1,11 @@
-"""Task retries (`local[2,3]`): a failed write attempt's staged data never reaches the recording.
+"""Task retries (`local[2,3]`): a failed write attempt's rows never reach the recording.
 
 Spark only retries tasks when the master allows failures, so this runs a short-lived session in a child process
-(the shared session stays `local[2]`). Attempt 0 of partition 0 fails after its file is completely staged, and
-attempt 0 of partition 1 fails (raising, or crashing its Python worker) halfway through staging, in every
-batch; the retries succeed. The recording must hold each row exactly once, in order.
+(the shared session stays `local[2]`). Attempt 0 of partition 0 fails after its rows are completely staged (its
+commit message built, never delivered), and attempt 0 of partition 1 fails (raising, or crashing its Python
+worker) halfway through staging, in every batch; the retries succeed. The recording must hold each row exactly
+once, in order, and the sink must have made no recording but its target and its log. The child inherits
+$AERON_ARCHIVE_SPARK_FAULT_DIR (tests/conftest.py), so its Spark workers see the faults armed here.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from system.test_sink_util import sink_option_map
 
 from aeron_archive_spark.archive.client.pool import connection_pool
 from aeron_archive_spark.connector.sink import faults
-from aeron_archive_spark.connector.sink.options import STATE_SUBDIR
 
 pytestmark = pytest.mark.spark
 
@@ -64,14 +65,13 @@ def harness(aeron_dir, tmp_path):
 
 def test_failed_task_attempts_leave_no_trace(harness, tmp_path):
     checkpoint = str(tmp_path / "checkpoint")
-    state_dir = os.path.join(checkpoint, STATE_SUBDIR)
     batches = 4
     specs = []
     for batch in range(batches):
         specs.append({"point": "after-stage", "batchId": batch, "partition": 0, "attempt": 0, "action": "raise"})
         specs.append({"point": "write", "batchId": batch, "partition": 1, "attempt": 0,
                       "afterRows": ROWS_PER_BATCH // 4, "action": "exit" if batch % 2 else "raise"})
-    faults.arm(state_dir, *specs)
+    faults.arm(*specs)
     args = {"rows": ROWS_PER_BATCH, "checkpoint": checkpoint, "batches": batches,
             "options": sink_option_map(harness, None)}
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
@@ -81,10 +81,8 @@ def test_failed_task_attempts_leave_no_trace(harness, tmp_path):
     assert child.returncode == 0, child.stderr[-4000:]
     result = json.loads(child.stdout.strip().splitlines()[-1])
     assert result["error"] is None, result["error"]
-    assert not os.path.exists(faults.fault_path(state_dir)), "every armed task failure must have fired"
+    assert faults.armed() == [], "every armed task failure must have fired"
+    # exactly the successful attempts' rows, in order, with nothing after the last committed batch; no recording
+    # besides the target and the sink log (failed attempts leave nothing to sweep: their rows lived only in them)
     committed = assert_exactly_once(harness, checkpoint)
     assert committed >= batches
-    # failed attempts' files of committed batches are swept (an in-flight batch's may remain for its replay)
-    leftovers = [n for n in os.listdir(os.path.join(state_dir, "staging"))
-                 if n.startswith("b") and int(n[1:].split("-")[0]) < committed]
-    assert not leftovers

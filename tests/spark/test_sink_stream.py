@@ -16,18 +16,18 @@ import time
 
 import pytest
 from system.harness import Harness, wait_for
-from system.test_sink_util import replay_range, sink_option_map
+from system.test_sink_util import replay_range, sink_option_map, sink_options, sink_view
 
 from aeron_archive_spark.archive.client.pool import connection_pool
-from aeron_archive_spark.connector.sink import faults
-from aeron_archive_spark.connector.sink.batch_map import read_batch_map
-from aeron_archive_spark.connector.sink.options import STATE_SUBDIR
-from aeron_archive_spark.connector.sink.state import load_pending, load_state
+from aeron_archive_spark.connector.sink import faults, read_batch_map
+from aeron_archive_spark.connector.sink.errors import SinkError
+from aeron_archive_spark.connector.sink.sink_log import SINK_LOG_STREAM_ID, SinkView
 
 pytestmark = pytest.mark.spark
 
 ROWS_PER_BATCH = 40
 PARTITIONS = 2
+SINK_STREAM_ID = 5001  # sink_option_map's target stream
 
 
 @pytest.fixture
@@ -67,22 +67,53 @@ def run_batches(query, until_batch: int, timeout: float = 120.0) -> None:
         query.stop()
 
 
+def view_of(harness, checkpoint: str) -> SinkView:
+    """The sink's state, read from its log in the archive as any host would (the checkpoint string names it)."""
+    return sink_view(sink_options(harness, checkpoint))
+
+
+def sink_entries(harness, checkpoint: str) -> list:
+    """The sink's batch map; empty if no commit ever created its log."""
+    try:
+        return view_of(harness, checkpoint).entries or []
+    except SinkError as ex:
+        assert "no sink log" in str(ex), ex
+        return []
+
+
 def committed_spark_batches(checkpoint: str) -> list[int]:
     return sorted(int(os.path.basename(p)) for p in glob.glob(os.path.join(checkpoint, "commits", "[0-9]*")))
 
 
 def assert_exactly_once(harness, checkpoint: str) -> int:
-    """The recording holds each committed batch's rows exactly once, in order; returns the batches checked."""
-    state_dir = os.path.join(checkpoint, STATE_SUBDIR)
-    entries = read_batch_map(state_dir)
+    """The recording holds each committed batch's rows exactly once, in order; returns the batches checked.
+
+    Also: the public reader sees the same batch map, the sink log is released (stopped) and is the only other
+    recording the sink made, and nothing else (a failed attempt's or a crashed commit's data) is on the sink's
+    stream.
+    """
+    options = sink_options(harness, checkpoint)
+    view = sink_view(options)
+    entries = view.entries
     assert entries, "no batch committed"
+    assert read_batch_map(options.connection, checkpoint_location=checkpoint) == entries
     assert [e.batch_id for e in entries] == list(range(len(entries))), "batch ids must be contiguous from 0"
     assert set(committed_spark_batches(checkpoint)) <= {e.batch_id for e in entries}, \
         "a batch Spark considers committed is missing from the sink"
     assert all(a.stop_position == b.start_position for a, b in zip(entries, entries[1:]))
-    assert load_pending(state_dir) is None or load_pending(state_dir).batch_id > entries[-1].batch_id
-    recording_id = load_state(state_dir).recording_id
+    pending = view.state.pending
+    assert pending is None or pending.batch_id > entries[-1].batch_id
+    recording_id = view.state.target.recording_id
     assert {e.recording_id for e in entries} == {recording_id}
+    assert [d.recording_id for d in harness.client.list_recordings_for_uri(0, 1000, "", SINK_STREAM_ID)] == \
+        [recording_id], "a recording other than the target on the sink's stream"
+    log_descriptor = harness.client.list_recording(view.log_recording_id)
+    assert log_descriptor.stream_id == SINK_LOG_STREAM_ID and view.log_recording_id != recording_id
+    # released: at once after a commit, or once the archive sees a dead committer's publication go
+    wait_for(lambda: harness.client.get_stop_position(view.log_recording_id) != -1, timeout=30,
+             what="the sink log to be released after the query stopped")
+    assert sorted(d.recording_id for d in harness.client.list_recordings()) == \
+        sorted([recording_id, view.log_recording_id]), "the sink made a recording besides its target and log"
     got = replay_range(harness.client, recording_id, entries[0].start_position, entries[-1].stop_position)
     expected = [row for e in entries for row in expected_rows(e.batch_id)]
     assert len(got) == len(expected), f"{len(got)} rows recorded, {len(expected)} expected"
@@ -97,17 +128,20 @@ def test_stream_writes_every_row_once_in_order(spark, harness, tmp_path):
     run_batches(start_query(spark, harness, checkpoint), until_batch=4)
     count = assert_exactly_once(harness, checkpoint)
     assert count >= 5
-    # a restart continues the same recording, found again through the sink state (no recordingId given)
-    recording_id = load_state(os.path.join(checkpoint, STATE_SUBDIR)).recording_id
+    # a restart continues the same recording, found again through the sink log in the archive (no recordingId)
+    first = view_of(harness, checkpoint)
+    recording_id = first.state.target.recording_id
     run_batches(start_query(spark, harness, checkpoint), until_batch=count + 1)
     assert assert_exactly_once(harness, checkpoint) >= count + 2
-    assert load_state(os.path.join(checkpoint, STATE_SUBDIR)).recording_id == recording_id
-    assert [d.recording_id for d in harness.client.list_recordings()] == [recording_id]
+    again = view_of(harness, checkpoint)
+    assert (again.state.target.recording_id, again.log_recording_id) == (recording_id, first.log_recording_id)
+    assert [d.recording_id for d in harness.client.list_recordings_for_uri(0, 100, "", SINK_STREAM_ID)] == \
+        [recording_id]
 
     # the source reads the same rows back, and the batch map tells which batch each position belongs to
     rows = (spark.read.format("aeron-archive").option("archiveDir", harness.ctx.archive_dir)
             .option("recordingId", recording_id).load().collect())
-    entries = read_batch_map(os.path.join(checkpoint, STATE_SUBDIR))
+    entries = view_of(harness, checkpoint).entries
     assert [(bytes(r.value), r.reservedValue) for r in rows] == [row for e in entries for row in expected_rows(
         e.batch_id)]
     for row in rows:
@@ -118,7 +152,6 @@ def test_stream_writes_every_row_once_in_order(spark, harness, tmp_path):
 def crash_rounds(spark, harness, checkpoint: str, rounds: int, seed: int) -> list[str]:
     """Run the query `rounds` times, each ending in a randomly chosen crash; returns what was done."""
     rng = random.Random(seed)
-    state_dir = os.path.join(checkpoint, STATE_SUBDIR)
     done = []
     next_batch = 0
     for _ in range(rounds):
@@ -128,7 +161,7 @@ def crash_rounds(spark, harness, checkpoint: str, rounds: int, seed: int) -> lis
             spec = {"point": point, "action": rng.choice(["raise", "exit"]), "batchId": next_batch + rng.randint(0, 1)}
             if point in ("publish", "write"):
                 spec["afterRows"] = rng.randint(1, ROWS_PER_BATCH // PARTITIONS)
-            faults.arm(state_dir, spec)
+            faults.arm(spec)
             done.append(f"{point}/{spec['action']}@{spec['batchId']}")
         query = start_query(spark, harness, checkpoint)
         if mode == "stop":  # stop abruptly at a random moment, maybe in the middle of a commit
@@ -137,7 +170,7 @@ def crash_rounds(spark, harness, checkpoint: str, rounds: int, seed: int) -> lis
             done.append("stop")
         else:
             run_batches(query, until_batch=next_batch + rng.randint(1, 3), timeout=60)
-        faults.disarm(state_dir)
+        faults.disarm()
         if mode == "commits":  # a driver crash after the sink committed, before Spark wrote commits/N
             committed = committed_spark_batches(checkpoint)
             if committed:
@@ -146,7 +179,7 @@ def crash_rounds(spark, harness, checkpoint: str, rounds: int, seed: int) -> lis
                     if os.path.exists(path):
                         os.remove(path)
                 done.append(f"commits/{committed[-1]} deleted")
-        entries = read_batch_map(state_dir) if os.path.isdir(os.path.join(state_dir, "batches")) else []
+        entries = sink_entries(harness, checkpoint)
         next_batch = entries[-1].batch_id + 1 if entries else 0
     # a clean final run completes whatever is pending
     run_batches(start_query(spark, harness, checkpoint), until_batch=next_batch + 1)
@@ -173,18 +206,19 @@ def test_crash_soak(spark, harness, tmp_path, seed):
 def test_crash_during_commit_is_truncated_and_redone(spark, harness, tmp_path):
     """A hard crash of the commit worker halfway through publishing: the restart truncates, then redoes."""
     checkpoint = str(tmp_path / "checkpoint")
-    state_dir = os.path.join(checkpoint, STATE_SUBDIR)
     run_batches(start_query(spark, harness, checkpoint), until_batch=1)
-    entries = read_batch_map(state_dir)
+    entries = sink_entries(harness, checkpoint)
     crash_batch = entries[-1].batch_id + 1
-    faults.arm(state_dir, {"point": "publish", "afterRows": ROWS_PER_BATCH // 2, "action": "exit",
+    faults.arm({"point": "publish", "afterRows": ROWS_PER_BATCH // 2, "action": "exit",
                            "batchId": crash_batch})
     query = start_query(spark, harness, checkpoint)
     wait_for(lambda: not query.isActive, timeout=60, what="the query to fail")
     assert query.exception() is not None
-    pending = load_pending(state_dir)
+    assert not faults.armed(), "the crash fired"
+    view = view_of(harness, checkpoint)  # the log is still held by the dead worker: read what it recorded
+    pending = view.state.pending
     assert pending is not None and pending.batch_id == crash_batch
-    recording_id = load_state(state_dir).recording_id
+    recording_id = view.state.target.recording_id
     # half the batch is in the recording (still active: the dead worker's publication has not timed out yet)
     wait_for(lambda: harness.client.get_max_recorded_position(recording_id) > pending.start_position,
              what="partial batch recorded")

@@ -7,7 +7,6 @@ armed fault kills with `os._exit` at the chosen point.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import pickle
@@ -24,12 +23,10 @@ from aeron_archive_spark.archive.constants import RecordingSignal
 from aeron_archive_spark.archive.tables.option_table import OptionError
 
 from aeron_archive_spark.connector.sink import faults
-from aeron_archive_spark.connector.sink.batch_map import read_batch_map
 from aeron_archive_spark.connector.sink.committer import commit_batch
 from aeron_archive_spark.connector.sink.errors import InjectedFault, SinkError
-from aeron_archive_spark.connector.sink.state import PENDING_FILE, load_pending, load_state
 from system.harness import Harness, offer_all, payloads_of, wait_for
-from system.test_sink_util import replay_recording, sink_options, stage, value_batch
+from system.test_sink_util import batch_map, replay_recording, sink_options, sink_view, stage, value_batch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -73,28 +70,31 @@ def commit_in_child(options, messages, batch_id: int) -> int:
 
 
 def test_batches_extend_one_recording_in_partition_order(harness, tmp_path):
-    options = sink_options(harness, str(tmp_path / "state"))
+    options = sink_options(harness, str(tmp_path / "chk"))
     expected = []
     for batch in range(3):
         messages, rows = stage_batch(options, batch)
         entry = commit_batch(options, messages, batch, str(batch), True)
         assert entry is not None and entry.rows == len(rows)
         expected += rows
-    state = load_state(options.state_dir)
+    view = sink_view(options)
+    state = view.state.target
     assert state is not None and state.created_by_sink
     assert replay_recording(harness.client, state.recording_id) == expected
-    entries = read_batch_map(options.state_dir)
+    entries = view.entries
     assert [e.batch_id for e in entries] == [0, 1, 2]
     descriptor = harness.client.list_recording(state.recording_id)
     assert entries[0].start_position == descriptor.start_position
     assert all(a.stop_position == b.start_position for a, b in zip(entries, entries[1:]))
     assert entries[-1].stop_position == descriptor.stop_position
-    assert os.listdir(options.staging_dir) == []
-    assert not os.path.exists(os.path.join(options.state_dir, PENDING_FILE))
+    assert view.state.pending is None
+    log_descriptor = harness.client.list_recording(view.log_recording_id)
+    assert log_descriptor.stop_position != -1, "the sink log is stopped between commits"
+    assert [d.recording_id for d in harness.client.list_recordings_for_uri(0, 100, "", 5001)] == [state.recording_id]
 
 
 def test_recommitting_a_committed_batch_is_a_no_op(harness, tmp_path):
-    options = sink_options(harness, str(tmp_path / "state"))
+    options = sink_options(harness, str(tmp_path / "chk"))
     first, rows0 = stage_batch(options, 0)
     entry0 = commit_batch(options, first, 0, "0", True)
     second, rows1 = stage_batch(options, 1)
@@ -103,20 +103,21 @@ def test_recommitting_a_committed_batch_is_a_no_op(harness, tmp_path):
         again, _ = stage_batch(options, batch)
         result = commit_batch(options, again, batch, str(batch), True)
         assert result == (entry1 if batch == 1 else entry0)
-        assert all(not os.path.exists(m.path) for m in again)
-    state = load_state(options.state_dir)
+    state = sink_view(options).state.target
     assert harness.client.get_stop_position(state.recording_id) == entry1.stop_position
     assert replay_recording(harness.client, state.recording_id) == rows0 + rows1
 
 
-def test_failed_task_attempts_are_never_published(harness, tmp_path):
-    options = sink_options(harness, str(tmp_path / "state"))
-    stage_batch(options, 0, attempt=0)  # a failed attempt's files: staged, but no message reaches commit
-    messages, rows = stage_batch(options, 0, attempt=1)
+def test_a_restart_on_another_process_continues_from_the_log_in_the_archive(harness, tmp_path):
+    options = sink_options(harness, str(tmp_path / "chk"))
+    messages, rows0 = stage_batch(options, 0)
     commit_batch(options, messages, 0, "0", True)
-    state = load_state(options.state_dir)
-    assert replay_recording(harness.client, state.recording_id) == rows
-    assert os.listdir(options.staging_dir) == []  # the failed attempt's leftovers were swept too
+    messages, rows1 = stage_batch(options, 1)
+    assert commit_in_child(options, messages, 1) == 0  # another process (a driver on another host) commits
+    messages, rows2 = stage_batch(options, 2)
+    entry = commit_batch(options, messages, 2, "2", True)  # this process's cached state is stale: re-read
+    assert [e.batch_id for e in batch_map(options)] == [0, 1, 2]
+    assert replay_recording(harness.client, entry.recording_id) == rows0 + rows1 + rows2
 
 
 def test_extends_an_existing_recording_given_by_id(harness, tmp_path):
@@ -128,7 +129,7 @@ def test_extends_an_existing_recording_given_by_id(harness, tmp_path):
     offer_all(publication, before)
     wait_for(lambda: harness.client.get_recording_position(recording_id) == publication.position)
 
-    options = sink_options(harness, str(tmp_path / "state"), recordingId=recording_id)
+    options = sink_options(harness, str(tmp_path / "chk"), recordingId=recording_id)
     messages, rows = stage_batch(options, 0)
     with pytest.raises(SinkError, match=f"recording {recording_id} .*is active"):
         commit_batch(options, messages, 0, "0", True)
@@ -140,18 +141,18 @@ def test_extends_an_existing_recording_given_by_id(harness, tmp_path):
     entry = commit_batch(options, messages, 0, "0", True)
     assert entry.recording_id == recording_id
     assert [p for p, _ in replay_recording(harness.client, recording_id)] == before + [p for p, _ in rows]
-    state = load_state(options.state_dir)
+    state = sink_view(options).state.target
     assert state.recording_id == recording_id and not state.created_by_sink
 
 
 def test_hard_crash_mid_publish_is_truncated_and_redone(harness, tmp_path, caplog):
-    options = sink_options(harness, str(tmp_path / "state"))
+    options = sink_options(harness, str(tmp_path / "chk"))
     messages, rows0 = stage_batch(options, 0)
     entry0 = commit_batch(options, messages, 0, "0", True)
     messages, rows1 = stage_batch(options, 1, sizes=(1500, 1500))
-    faults.arm(options.state_dir, {"point": "publish", "afterRows": 1500 + 700, "action": "exit"})
+    faults.arm({"point": "publish", "afterRows": 1500 + 700, "action": "exit"})
     assert commit_in_child(options, messages, 1) == 17
-    pending = load_pending(options.state_dir)
+    pending = sink_view(options).state.pending
     assert pending is not None and pending.batch_id == 1 and pending.start_position == entry0.stop_position
     recording_id = entry0.recording_id
     # the child died with the recording active (its publication lingers until the driver times the client out)
@@ -163,30 +164,31 @@ def test_hard_crash_mid_publish_is_truncated_and_redone(harness, tmp_path, caplo
     assert "truncating recording" in caplog.text
     assert entry1.start_position == entry0.stop_position
     assert replay_recording(harness.client, recording_id) == rows0 + rows1
-    assert load_pending(options.state_dir) is None
+    assert sink_view(options).state.pending is None
 
 
 def test_failure_mid_publish_is_rolled_back_at_once(harness, tmp_path):
-    options = sink_options(harness, str(tmp_path / "state"))
+    options = sink_options(harness, str(tmp_path / "chk"))
     messages, rows0 = stage_batch(options, 0)
     entry0 = commit_batch(options, messages, 0, "0", True)
     messages, rows1 = stage_batch(options, 1)
-    faults.arm(options.state_dir, {"point": "publish", "afterRows": 250, "action": "raise"})
+    faults.arm({"point": "publish", "afterRows": 250, "action": "raise"})
     with pytest.raises(InjectedFault):
         commit_batch(options, messages, 1, "1", True)
-    assert load_pending(options.state_dir) is None
+    assert sink_view(options).state.pending is None
     assert harness.client.get_stop_position(entry0.recording_id) == entry0.stop_position
     commit_batch(options, messages, 1, "1", True)
     assert replay_recording(harness.client, entry0.recording_id) == rows0 + rows1
 
 
 def test_crash_after_publishing_before_the_entry_redoes_the_batch(harness, tmp_path):
-    options = sink_options(harness, str(tmp_path / "state"))
+    options = sink_options(harness, str(tmp_path / "chk"))
     messages, rows0 = stage_batch(options, 0)
-    faults.arm(options.state_dir, {"point": "before-entry", "action": "exit"})
+    faults.arm({"point": "before-entry", "action": "exit"})
     assert commit_in_child(options, messages, 0) == 17  # the first batch of a new recording
-    state = load_state(options.state_dir)
-    assert state is not None and read_batch_map(options.state_dir) == []
+    view = sink_view(options)
+    state = view.state.target
+    assert state is not None and view.entries == [] and view.state.pending is not None
     assert harness.client.get_stop_position(state.recording_id) > 0  # fully published, then crashed
     entry = commit_batch(options, messages, 0, "0", True)
     assert entry.start_position == 0
@@ -194,30 +196,30 @@ def test_crash_after_publishing_before_the_entry_redoes_the_batch(harness, tmp_p
 
 
 def test_crash_after_the_entry_leaves_a_committed_batch(harness, tmp_path):
-    options = sink_options(harness, str(tmp_path / "state"))
+    options = sink_options(harness, str(tmp_path / "chk"))
     messages, rows0 = stage_batch(options, 0)
-    faults.arm(options.state_dir, {"point": "after-entry", "action": "exit"})
-    assert commit_in_child(options, messages, 0) == 17
-    assert load_pending(options.state_dir) is not None  # the marker outlived the commit point
-    [entry] = read_batch_map(options.state_dir)
+    faults.arm({"point": "after-entry", "action": "exit"})
+    assert commit_in_child(options, messages, 0) == 17  # died holding the log: the next commit waits for it
+    [entry] = batch_map(options)
     again, _ = stage_batch(options, 0)
     assert commit_batch(options, again, 0, "0", True) == entry  # Spark's re-commit: a no-op
     messages, rows1 = stage_batch(options, 1)
-    commit_batch(options, messages, 1, "1", True)  # clears the stale marker without truncating batch 0
-    assert load_pending(options.state_dir) is None
+    commit_batch(options, messages, 1, "1", True)
+    assert sink_view(options).state.pending is None
     assert replay_recording(harness.client, entry.recording_id) == rows0 + rows1
 
 
 def test_archive_going_away_mid_commit_fails_clearly_and_the_next_run_recovers(harness, tmp_path):
-    options = sink_options(harness, str(tmp_path / "state"), publishTimeout="3s", messageTimeout="2s")
+    options = sink_options(harness, str(tmp_path / "chk"), publishTimeout="3s", messageTimeout="2s")
     messages, rows0 = stage_batch(options, 0)
     entry0 = commit_batch(options, messages, 0, "0", True)
     big = [[value_batch([bytes([p]) * 1000] * 20_000, range(20_000))] for p in range(2)]
     messages = stage(options, "1", big)
-    pending_path = os.path.join(options.state_dir, PENDING_FILE)
+    recording_id = entry0.recording_id
 
     def kill_archive() -> None:
-        wait_for(lambda: os.path.exists(pending_path), timeout=30, what="commit started publishing")
+        wait_for(lambda: harness.client.get_recording_position(recording_id) > entry0.stop_position, timeout=30,
+                 what="commit started publishing")
         time.sleep(0.05)
         harness.close_archive()
 
@@ -228,9 +230,9 @@ def test_archive_going_away_mid_commit_fails_clearly_and_the_next_run_recovers(h
     killer.join()
     print("failure:", failure.value)
     assert "recording" in str(failure.value) or "archive" in str(failure.value)
-    assert load_pending(options.state_dir) is not None
 
     harness.restart()
+    assert sink_view(options).state.pending is not None
     entry1 = commit_batch(options, messages, 1, "1", True)
     assert entry1.start_position == entry0.stop_position
     assert replay_recording(harness.client, entry0.recording_id) == rows0 + [(v, r) for b in big for v, r in zip(
@@ -238,7 +240,7 @@ def test_archive_going_away_mid_commit_fails_clearly_and_the_next_run_recovers(h
 
 
 def test_archive_restart_between_batches_reconnects(harness, tmp_path):
-    options = sink_options(harness, str(tmp_path / "state"))
+    options = sink_options(harness, str(tmp_path / "chk"))
     messages, rows0 = stage_batch(options, 0)
     commit_batch(options, messages, 0, "0", True)
     harness.restart()
@@ -248,43 +250,46 @@ def test_archive_restart_between_batches_reconnects(harness, tmp_path):
 
 
 def test_unknown_recording_id_is_named(harness, tmp_path):
-    options = sink_options(harness, str(tmp_path / "state"), recordingId=987)
+    options = sink_options(harness, str(tmp_path / "chk"), recordingId=987)
     messages, _ = stage_batch(options, 0)
     with pytest.raises(SinkError, match="recording 987 \\(option recordingId\\) is not in the archive"):
         commit_batch(options, messages, 0, "0", True)
 
 
 def test_unreachable_archive_is_named(harness, tmp_path):
-    options = sink_options(harness, str(tmp_path / "state"), controlStreamId=4242, messageTimeout="1s")
+    options = sink_options(harness, str(tmp_path / "chk"), controlStreamId=4242, messageTimeout="1s")
     messages, _ = stage_batch(options, 0)
     with pytest.raises(SinkError, match="controlStreamId=4242"):
         commit_batch(options, messages, 0, "0", True)
     with pytest.raises(OptionError, match="recordingId"):
-        sink_options(harness, str(tmp_path / "state"), recordingId="x")
+        sink_options(harness, str(tmp_path / "chk"), recordingId="x")
 
 
-def test_state_dir_of_another_target_is_refused(harness, tmp_path):
-    options = sink_options(harness, str(tmp_path / "state"))
+def test_a_checkpoint_of_another_target_is_refused(harness, tmp_path):
+    options = sink_options(harness, str(tmp_path / "chk"))
     messages, _ = stage_batch(options, 0)
     entry = commit_batch(options, messages, 0, "0", True)
-    other = sink_options(harness, str(tmp_path / "state"), recordingId=entry.recording_id + 5)
+    second = sink_options(harness, str(tmp_path / "chk2"), streamId=5002)
+    messages, _ = stage_batch(second, 0)
+    another = commit_batch(second, messages, 0, "0", True).recording_id
+    other = sink_options(harness, str(tmp_path / "chk"), recordingId=another)
     messages, _ = stage_batch(other, 1)
-    with pytest.raises(SinkError, match=f"recordingId={entry.recording_id + 5} but sinkStateDir"):
+    with pytest.raises(SinkError, match=f"recordingId={another} but sink log recording"):
         commit_batch(other, messages, 1, "1", True)
-    with open(os.path.join(options.state_dir, "sink.json")) as f:
-        assert json.load(f)["recordingId"] == entry.recording_id
+    assert sink_view(options).state.target.recording_id == entry.recording_id
 
 
 def test_batch_writes_take_the_next_batch_id(harness, tmp_path):
-    options = sink_options(harness, str(tmp_path / "state"), streaming=False)
+    options = sink_options(harness, str(tmp_path / "chk"), streaming=False)
     first, rows0 = stage_batch(options, 0, label="wA")  # batch writes label their files with a write id
     e0 = commit_batch(options, first, None, "wA", False)
     second = stage(options, "wB", [[value_batch([b"x", b"y"])]])
     e1 = commit_batch(options, second, None, "wB", False)
     assert (e0.batch_id, e1.batch_id) == (0, 1)
     assert e1.start_position == e0.stop_position
-    streaming = sink_options(harness, str(tmp_path / "state"), streaming=True)
-    messages, _ = stage_batch(streaming, 2)
-    with pytest.raises(SinkError, match="belongs to a batch sink"):
-        commit_batch(streaming, messages, 2, "2", True)
+    assert [e.batch_id for e in batch_map(options, streaming=False)] == [0, 1]
+    streaming = sink_options(harness, str(tmp_path / "chk"), streaming=True)  # a stream has its own log
+    messages, rows2 = stage_batch(streaming, 2)
+    e2 = commit_batch(streaming, messages, 2, "2", True)
+    assert e2.recording_id != e0.recording_id and [e.batch_id for e in batch_map(streaming)] == [2]
 

@@ -10,16 +10,18 @@ import pyarrow as pa
 from system.harness import Harness
 
 from aeron_archive_spark.archive import AeronArchive
+from aeron_archive_spark.connector.sink.batch_map import BatchEntry
 from aeron_archive_spark.connector.sink.columns import InputLayout
 from aeron_archive_spark.connector.sink.options import SinkOptions, parse_sink_options
+from aeron_archive_spark.connector.sink.sink_log import SinkView, read_sink
 from aeron_archive_spark.connector.sink.staging import StagedPartition, stage_partition
 
 SINK_CHANNEL = "aeron:ipc?term-length=65536"
 LAYOUT = InputLayout(0, 1, ("value", "reservedValue"))
 
 
-def sink_option_map(harness: Harness, state_dir: str | None, **extra: Any) -> dict[str, str]:
-    """Options reaching the test archive over its local IPC control channel."""
+def sink_option_map(harness: Harness, checkpoint: str | None, **extra: Any) -> dict[str, str]:
+    """Options reaching the test archive over its local IPC control channel; `checkpoint` names a stream's sink."""
     options = {
         "aeronDir": harness.aeron_dir,
         "controlChannel": harness.ctx.local_control_channel,
@@ -27,8 +29,8 @@ def sink_option_map(harness: Harness, state_dir: str | None, **extra: Any) -> di
         "controlResponseChannel": "aeron:ipc",
         "publishTimeout": "10s",
     }
-    if state_dir is not None:
-        options["sinkStateDir"] = state_dir
+    if checkpoint is not None:
+        options["checkpointLocation"] = checkpoint
     if "recordingId" not in extra:
         options["channel"] = SINK_CHANNEL
         options["streamId"] = "5001"
@@ -36,8 +38,20 @@ def sink_option_map(harness: Harness, state_dir: str | None, **extra: Any) -> di
     return options
 
 
-def sink_options(harness: Harness, state_dir: str | None, streaming: bool = True, **extra: Any) -> SinkOptions:
-    return parse_sink_options(sink_option_map(harness, state_dir, **extra), streaming)
+def sink_options(harness: Harness, checkpoint: str | None, streaming: bool = True, **extra: Any) -> SinkOptions:
+    return parse_sink_options(sink_option_map(harness, checkpoint, **extra), streaming)
+
+
+def sink_view(options: SinkOptions, streaming: bool = True) -> SinkView:
+    """The sink's state as its log in the archive holds it (target, pending commit, batch map)."""
+    if streaming:
+        return read_sink(options.connection, checkpoint_location=options.checkpoint_location)
+    return read_sink(options.connection, recording_id=options.recording_id, channel=options.channel,
+                     stream_id=options.stream_id)
+
+
+def batch_map(options: SinkOptions, streaming: bool = True) -> list[BatchEntry]:
+    return sink_view(options, streaming).entries or []
 
 
 def value_batch(values: Sequence[bytes], reserved: Sequence[int] | None = None) -> pa.RecordBatch:
@@ -49,9 +63,7 @@ def value_batch(values: Sequence[bytes], reserved: Sequence[int] | None = None) 
 def stage(options: SinkOptions, label: str, partitions: Sequence[Iterable[pa.RecordBatch]],
           attempt: int = 0) -> list[StagedPartition]:
     """Stage each partition's batches as an executor task would."""
-    return [stage_partition(iter(batches), LAYOUT, options.staging_dir, label, p, attempt,
-                            options.state_dir or options.staging_dir)
-            for p, batches in enumerate(partitions)]
+    return [stage_partition(iter(batches), LAYOUT, label, p, attempt) for p, batches in enumerate(partitions)]
 
 
 def replay_range(client: AeronArchive, recording_id: int, start: int, stop: int, stream_id: int = 9301,

@@ -22,7 +22,7 @@ from aeron_archive_spark.connector.sink.columns import (
     to_staged,
 )
 from aeron_archive_spark.connector.sink.errors import SinkSchemaError
-from aeron_archive_spark.connector.sink.options import STATE_SUBDIR, parse_sink_options
+from aeron_archive_spark.connector.sink.options import parse_sink_options
 
 BASE = {"channel": "aeron:ipc", "streamId": "1001", "checkpointLocation": "/chk/q1"}
 
@@ -31,24 +31,27 @@ def schema(*fields: tuple[str, object]) -> StructType:
     return StructType([StructField(name, kind, True) for name, kind in fields])
 
 
-def test_defaults_put_state_under_the_checkpoint():
+def test_the_checkpoint_identifies_a_stream_and_is_kept_as_given():
     options = parse_sink_options(BASE, streaming=True)
-    assert options.state_dir == os.path.join("/chk/q1", STATE_SUBDIR)
-    assert options.staging_dir == os.path.join(options.state_dir, "staging")
     assert options.checkpoint_location == "/chk/q1"
     assert (options.channel, options.stream_id, options.recording_id) == ("aeron:ipc", 1001, None)
     assert options.source_location == "local" and options.publish_timeout_s == 30.0
-    uri = parse_sink_options(dict(BASE, checkpointLocation="file:///chk/q2"), streaming=True)
-    assert uri.state_dir == os.path.join("/chk/q2", STATE_SUBDIR)
+    assert not hasattr(options, "state_dir") and not hasattr(options, "staging_dir")
+    # any URI scheme: the state is in the archive, so the driver never opens the checkpoint itself
+    for uri in ("file:///chk/q2", "hdfs://nn/chk/q1", "s3a://bucket/chk/q1"):
+        assert parse_sink_options(dict(BASE, checkpointLocation=uri), streaming=True).checkpoint_location == uri
+    # Spark lowercases option keys
+    lowered = parse_sink_options({"channel": "aeron:ipc", "streamid": "1", "checkpointlocation": "/c"}, streaming=True)
+    assert lowered.checkpoint_location == "/c"
 
 
-def test_explicit_locations_and_batch_mode():
-    options = parse_sink_options({"recordingId": "5", "sinkStateDir": "/s", "stagingLocation": "/stage",
-                                  "publishTimeout": "2s", "sourceLocation": "REMOTE"}, streaming=False)
-    assert (options.recording_id, options.state_dir, options.staging_dir) == (5, "/s", "/stage")
+def test_batch_mode_needs_no_checkpoint():
+    options = parse_sink_options({"recordingId": "5", "publishTimeout": "2s", "sourceLocation": "REMOTE"},
+                                 streaming=False)
+    assert options.recording_id == 5 and options.checkpoint_location is None
     assert options.publish_timeout_s == 2.0 and options.source_location == "remote"
-    batch = parse_sink_options({"recordingId": "5"}, streaming=False)
-    assert batch.state_dir is None and batch.staging_dir
+    # a batch write is identified by its target, never by a checkpoint
+    assert parse_sink_options(BASE, streaming=False).checkpoint_location is None
 
 
 @pytest.mark.parametrize("options, message", [
@@ -59,9 +62,10 @@ def test_explicit_locations_and_batch_mode():
     ({"recordingId": "-3", "checkpointLocation": "/c"}, "option recordingId"),
     ({"recordingId": "x", "checkpointLocation": "/c"}, "option recordingId"),
     ({"channel": "tcp://x", "streamId": "1", "checkpointLocation": "/c"}, "option channel"),
-    ({"recordingId": "1"}, "needs option sinkStateDir, or the query's checkpointLocation"),
-    ({"recordingId": "1", "checkpointLocation": "hdfs://nn/chk"}, "checkpointLocation='hdfs://nn/chk' uses scheme"),
-    ({"recordingId": "1", "sinkStateDir": "s3a://b/s"}, "sinkStateDir='s3a://b/s'"),
+    ({"recordingId": "1"}, "needs the query's checkpointLocation"),
+    ({"recordingId": "1", "checkpointLocation": ""}, "needs the query's checkpointLocation"),
+    ({"recordingId": "1", "checkpointLocation": "/c", "sinkStateDir": "/s"}, "option sinkStateDir was removed"),
+    ({"recordingId": "1", "checkpointLocation": "/c", "stagingLocation": "/s"}, "option stagingLocation was removed"),
     ({"recordingId": "1", "checkpointLocation": "/c", "sourceLocation": "far"}, "option sourceLocation"),
     ({"recordingId": "1", "checkpointLocation": "/c", "publishTimeout": "soon"}, "option publishTimeout"),
     ({"recordingId": "1", "checkpointLocation": "/c", "startingPosition": "earliest"}, "startingPosition"),
@@ -126,3 +130,31 @@ def test_conversion_to_the_staged_layout():
     nulls = pa.record_batch([pa.array(["a", None]), pa.array([1, 2], pa.int32())], names=["value", "reservedValue"])
     with pytest.raises(SinkSchemaError, match="column 'value' is null in row 1 of partition 3"):
         to_staged(nulls, layout, target, "partition 3")
+
+
+def test_staged_partitions_carry_their_rows_in_the_commit_message():
+    import dataclasses
+    import pickle
+
+    from aeron_archive_spark.connector.sink.errors import SinkError
+    from aeron_archive_spark.connector.sink.staging import read_staged, stage_partition
+
+    options = parse_sink_options(BASE, streaming=True)
+    layout = input_layout(schema(("value", StringType()), ("reservedValue", LongType())), options)
+    batches = [pa.record_batch([pa.array(["a", "bb"]), pa.array([1, 2], pa.int64())], names=["value", "reservedValue"]),
+               pa.record_batch([pa.array([], pa.string()), pa.array([], pa.int64())], names=["value", "reservedValue"]),
+               pa.record_batch([pa.array(["cccc"]), pa.array([3], pa.int64())], names=["value", "reservedValue"])]
+    staged = stage_partition(iter(batches), layout, "4", 1, 2)
+    assert (staged.batch, staged.partition, staged.attempt) == ("4", 1, 2)
+    assert (staged.rows, staged.payload_bytes, staged.max_length) == (3, 7, 4)
+    assert "ipc_bytes=" in repr(staged) and "cccc" not in repr(staged)
+    message = pickle.loads(pickle.dumps(staged))  # as Spark ships it to the driver
+    read = read_staged(message)
+    assert [v for b in read for v in b.column(0).to_pylist()] == [b"a", b"bb", b"cccc"]
+    assert [v for b in read for v in b.column(1).to_pylist()] == [1, 2, 3]
+    empty = stage_partition(iter([]), layout, "4", 0, 0)
+    assert empty.rows == 0 and read_staged(empty) == []
+    with pytest.raises(SinkError, match="the rows of partition 1 \\(batch 4\\) arrived damaged"):
+        read_staged(dataclasses.replace(staged, data=staged.data[: len(staged.data) // 2]))
+    with pytest.raises(SinkError, match="partition 1 of batch 4 holds 3 rows, its task reported 5"):
+        read_staged(dataclasses.replace(staged, rows=5))

@@ -25,10 +25,12 @@ import functools
 import logging
 import os
 import re
+import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
+from xml.etree import ElementInclude
 
 import numpy as np
 import pyarrow as pa
@@ -133,14 +135,51 @@ class ColumnSpec:
 # schema loading and column layout
 
 
+def schema_text(path: str) -> str:
+    """The schema at `path` as self-contained XML text (xi:includes expanded), to travel with a plan.
+
+    The Spark driver reads the file once and the text goes to the executors inside the plan, so executors on
+    other hosts need no copy of the file.
+    """
+    real = os.path.abspath(os.path.expanduser(path))
+    try:
+        with open(real, "rb") as f:
+            data = f.read()
+    except OSError as ex:
+        raise SchemaError(f"option sbeSchema: cannot read SBE schema {path!r}: {ex}") from ex
+    try:
+        if b"XInclude" in data:
+            root = ET.fromstring(data)
+            ElementInclude.include(root, base_url=real)
+            return ET.tostring(root, encoding="unicode")
+        return data.decode("utf-8")
+    except (ET.ParseError, UnicodeDecodeError) as ex:
+        raise SchemaError(f"option sbeSchema: {path} is not a well-formed UTF-8 XML schema: {ex}") from ex
+    except (OSError, ElementInclude.FatalIncludeError) as ex:
+        raise SchemaError(f"option sbeSchema: {path}: cannot resolve xi:include: {ex}") from ex
+
+
 def load_codec(path: str) -> SbeCodec:
-    """The parsed schema at `path`, cached per process and reloaded if the file changes."""
+    """The parsed schema at `path` (or given as its XML text, see `schema_text`), cached per process.
+
+    A file is reloaded if it changes.
+    """
+    if path.lstrip().startswith("<"):
+        return _load_codec_text(path)
     real = os.path.abspath(os.path.expanduser(path))
     try:
         stat = os.stat(real)
     except OSError as ex:
         raise SchemaError(f"option sbeSchema: cannot read SBE schema {path!r}: {ex}") from ex
     return _load_codec(real, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _load_codec_text(text: str) -> SbeCodec:
+    try:
+        return SbeCodec.from_xml(text)
+    except CodecError as ex:
+        raise SchemaError(f"option sbeSchema: {ex}") from ex
 
 
 @functools.lru_cache(maxsize=16)

@@ -1,0 +1,271 @@
+"""The archive requests a sink commit makes, each waiting for its recording signal with the publish timeout.
+
+Shared by the commit (`committer`: the target recording) and the sink's state log (`sink_log`: a recording of
+its own), which open, extend, confirm, await and stop recordings the same way. Connections are not this module's
+business: a commit leases its control session from the process's connection pool.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from aeron_archive_spark.archive.channel import ChannelUri, add_session_id
+from aeron_archive_spark.archive.client.aeron_archive import (
+    AeronArchive,
+    RecordingSignalEvent,
+)
+from aeron_archive_spark.archive.client.connection import ConnectionOptions
+from aeron_archive_spark.archive.client.pool import (
+    ArchiveConnectError,
+    ArchiveLease,
+    NoMediaDriverError,
+    connection_pool,
+    requires_host_driver,
+)
+from aeron_archive_spark.archive.constants import (
+    NULL_COUNTER_ID,
+    NULL_POSITION,
+    RecordingSignal,
+    SourceLocation,
+)
+from aeron_archive_spark.archive.descriptor import RecordingDescriptor
+from aeron_archive_spark.archive.native import ExclusivePublication
+from aeron_archive_spark.archive.recording_pos import (
+    find_counter_id_by_recording,
+    is_active,
+)
+from aeron_archive_spark.connector.sink.errors import InjectedFault, SinkError
+from aeron_archive_spark.connector.sink.options import SinkOptions
+
+log = logging.getLogger(__name__)
+
+# Parameters that pin a publication to one session or start position; an extend channel sets its own.
+SESSION_PARAMS = ("session_id", "init_term_id", "term_id", "term_offset")
+
+
+# -- the archive session ---------------------------------------------------------------------------------------
+
+
+class SignalLog:
+    """Recording signals received during a commit's lease, so a waiter can look for the one it caused."""
+
+    def __init__(self) -> None:
+        self.events: list[RecordingSignalEvent] = []
+
+    def __call__(self, event: RecordingSignalEvent) -> None:
+        self.events.append(event)
+        if len(self.events) > 4096:
+            del self.events[:2048]
+
+    def clear(self) -> None:
+        """Forget earlier signals before issuing the request whose signal will be awaited."""
+        self.events.clear()
+
+
+def lease_archive(
+    connection: ConnectionOptions, signals: SignalLog, local_source: bool
+) -> tuple[ArchiveLease, AeronArchive]:
+    """A pooled control session, with `signals` receiving its recording signals.
+
+    On the host's media driver when the archive must share it (an IPC control channel, or `sourceLocation=local`:
+    the archive spies the sink's publication), else on the host's driver if one runs or an embedded one (a
+    driver host on a cluster runs no media driver of its own).
+    """
+    lease = connection_pool().archive(
+        connection,
+        purpose="sink",
+        host_driver_only=local_source or requires_host_driver(connection),
+        recording_signal_consumer=signals,
+        keep_on=(InjectedFault,),
+    )
+    try:
+        return lease, lease.acquire()
+    except NoMediaDriverError as ex:
+        raise SinkError(
+            f"{ex}: start one there or set option aeronDir (or $AERON_DIR) to the directory of the "
+            "archive's media driver"
+        ) from ex
+    except ArchiveConnectError as ex:
+        raise SinkError(str(ex)) from ex
+
+
+# -- one archive conversation -----------------------------------------------------------------------------------
+
+
+@dataclass
+class OpenRecording:
+    """A publication the archive is recording (new or extended recording), positioned at `start_position`."""
+
+    publication: ExclusivePublication
+    subscription_id: int
+    recording_id: int
+    start_position: int
+    channel: str
+    confirmed: bool  # the archive's START/EXTEND signal for this subscription has been seen
+
+
+class ArchiveOps:
+    """The archive requests a commit needs, each waiting for its signal with the publish timeout."""
+
+    def __init__(self, archive: AeronArchive, signals: SignalLog, options: SinkOptions) -> None:
+        self.archive = archive
+        self.signals = signals
+        self.options = options
+        self.timeout_s = options.publish_timeout_s
+        self.source_location = SourceLocation.REMOTE if options.source_location == "remote" else SourceLocation.LOCAL
+
+    def _await_signal(self, what: str, match: Callable[[RecordingSignalEvent], bool]) -> RecordingSignalEvent:
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            found = next((e for e in self.signals.events if match(e)), None)
+            if found is not None:
+                return found
+            if time.monotonic() > deadline:
+                raise SinkError(
+                    f"no {what} signal from the archive within {self.timeout_s:.1f}s "
+                    f"({self.options.connection.describe()})"
+                )
+            if self.archive.poll_for_recording_signals() == 0:
+                time.sleep(0.0002)
+
+    def descriptor(self, recording_id: int, origin: str) -> RecordingDescriptor:
+        descriptor = self.archive.list_recording(recording_id)
+        if descriptor is None:
+            raise SinkError(
+                f"recording {recording_id} ({origin}) is not in the archive "
+                f"({self.options.connection.describe()}): unknown or purged recording id"
+            )
+        return descriptor
+
+    def stop_active(self, recording_id: int) -> RecordingDescriptor:
+        """Stop a recording left active by a publisher that died, and wait until the catalog has its stop."""
+        self.archive.try_stop_recording_by_identity(recording_id)
+        deadline = time.monotonic() + self.timeout_s
+        while self.archive.get_stop_position(recording_id) == NULL_POSITION:
+            if time.monotonic() > deadline:
+                raise SinkError(f"recording {recording_id} did not stop within {self.timeout_s:.1f}s")
+            time.sleep(0.001)
+        return self.descriptor(recording_id, "stopped")
+
+    def truncate(self, recording_id: int, position: int) -> None:
+        self.signals.clear()
+        self.archive.truncate_recording(recording_id, position)
+        self._await_signal("DELETE", lambda e: e.signal == RecordingSignal.DELETE and e.recording_id == recording_id)
+
+    def _publication_channel(self, channel: str) -> str:
+        uri = ChannelUri.parse(channel)
+        if uri.is_udp and self.source_location == SourceLocation.LOCAL and uri.get("ssc") is None:
+            uri = uri.with_params(ssc="true")  # the archive's spy counts as a receiver
+        return str(uri)
+
+    def open_new(self, channel: str, stream_id: int) -> OpenRecording:
+        publication_channel = self._publication_channel(channel)
+        publication = self.archive.aeron.add_exclusive_publication(publication_channel, stream_id)
+        try:
+            self.signals.clear()
+            subscription_id = self.archive.start_recording(
+                add_session_id(publication_channel, publication.session_id),
+                stream_id,
+                self.source_location,
+                auto_stop=True,
+            )
+            event = self._await_signal(
+                "START", lambda e: e.signal == RecordingSignal.START and e.subscription_id == subscription_id
+            )
+        except BaseException:
+            publication.close()
+            raise
+        log.info(
+            "started recording %d of %s stream %d at position %d",
+            event.recording_id,
+            publication_channel,
+            stream_id,
+            event.position,
+        )
+        return OpenRecording(
+            publication, subscription_id, event.recording_id, event.position, publication_channel, True
+        )
+
+    def open_extend(self, descriptor: RecordingDescriptor, base_channel: str) -> OpenRecording:
+        """Extend a stopped recording; returns as soon as the archive accepted the request.
+
+        Publishing may start at once: an IPC/spy image joins at the publication's position when the archive's
+        subscription links, and offers before that are refused (NOT_CONNECTED), so nothing is lost; the EXTEND
+        signal (or an INVALID_EXTENSION error) is checked before the commit completes, in `confirm`.
+        """
+        recording_id = descriptor.recording_id
+        base = str(ChannelUri.parse(base_channel).with_params(**dict.fromkeys(SESSION_PARAMS)))
+        channel = self._publication_channel(AeronArchive.extend_channel(base, descriptor))
+        publication = self.archive.aeron.add_exclusive_publication(channel, descriptor.stream_id)
+        try:
+            if publication.position != descriptor.stop_position:
+                raise SinkError(
+                    f"extend publication for recording {recording_id} starts at {publication.position}, "
+                    f"not at the recording's stop position {descriptor.stop_position}"
+                )
+            self.signals.clear()
+            subscription_id = self.archive.extend_recording(
+                recording_id,
+                add_session_id(channel, publication.session_id),
+                descriptor.stream_id,
+                self.source_location,
+                auto_stop=True,
+            )
+        except BaseException:
+            publication.close()
+            raise
+        return OpenRecording(publication, subscription_id, recording_id, descriptor.stop_position, channel, False)
+
+    def confirm(self, opened: OpenRecording) -> None:
+        """Wait for the EXTEND signal of an extend started by `open_extend` (raises on INVALID_EXTENSION)."""
+        if not opened.confirmed:
+            self._await_signal(
+                "EXTEND", lambda e: e.signal == RecordingSignal.EXTEND and e.subscription_id == opened.subscription_id
+            )
+            opened.confirmed = True
+
+    def poll(self) -> None:
+        """Take in signals and asynchronous errors (an extend the archive refused) while publishing."""
+        self.archive.poll_for_recording_signals()
+
+    def await_recorded(self, recording_id: int, position: int) -> None:
+        """Wait until the archive has recorded up to `position` (rec-pos counter, else position requests)."""
+        reader = self.archive.aeron.counters_reader
+        counter_id = find_counter_id_by_recording(reader, recording_id, self.archive.archive_id())
+        deadline = time.monotonic() + self.timeout_s
+        last = -1
+        while True:
+            if counter_id != NULL_COUNTER_ID:
+                if not is_active(reader, counter_id, recording_id):
+                    raise SinkError(
+                        f"recording {recording_id} stopped before reaching position {position} "
+                        f"(recorded {last}): did the archive shut down?"
+                    )
+                recorded = reader.get(counter_id)
+            else:  # the archive runs on another media driver: ask it
+                recorded = self.archive.get_recording_position(recording_id)
+                if recorded == NULL_POSITION:
+                    raise SinkError(f"recording {recording_id} stopped before reaching position {position}")
+            if recorded >= position:
+                return
+            if recorded > last:
+                last = recorded
+                deadline = time.monotonic() + self.timeout_s
+            elif time.monotonic() > deadline:
+                raise SinkError(
+                    f"the archive recorded recording {recording_id} only up to {recorded} of {position} "
+                    f"and made no progress for {self.timeout_s:.1f}s"
+                )
+            time.sleep(0.0002 if counter_id != NULL_COUNTER_ID else 0.002)
+
+    def stop(self, opened: OpenRecording) -> int:
+        """Stop recording the publication; returns the stop position the archive reports."""
+        self.signals.clear()
+        self.archive.stop_recording_subscription(opened.subscription_id)
+        event = self._await_signal(
+            "STOP", lambda e: e.signal == RecordingSignal.STOP and e.recording_id == opened.recording_id
+        )
+        return event.position

@@ -1,0 +1,502 @@
+"""The sink's durable exactly-once state, kept in the archive itself as a recording of JSON records.
+
+On a cluster nothing the driver can fsync is shared: the checkpoint may be an `hdfs:`/`s3a:` URI that Python
+on the driver cannot open, and a query may restart on another host. The archive is a durable log every host can
+reach, so the state is a recording there, one per sink: the *sink log*. Each record is one Aeron message
+holding one JSON object:
+
+    {"t": "target",   "recordingId", "createdBySink", "streamId", "kind", "sink", "createdAt"}
+    {"t": "pending",  "batchId", "recordingId", "startPosition", "startedAt"}
+    {"t": "commit",   "batchId", "recordingId", "startPosition", "stopPosition", "rows", "payloadBytes",
+                      "committedAt"}
+    {"t": "rollback", "batchId", "recordingId", "position"}
+
+The state is the fold of the records (`LogState`): the target recording, the commit in flight (a `pending`
+without its `commit` or `rollback`), and the batch map. A sink finds its log by the `alias` of the log's channel,
+`aeron-archive-spark-sink:<key>` on stream `SINK_LOG_STREAM_ID`, with `<key>` a digest of what identifies the
+sink across restarts and hosts (`sink_identity`): the query's checkpointLocation for a stream, the target for a
+batch write. The lowest matching recording id is the log (two committers racing to create one: the later one
+backs off).
+
+Owning the log is the commit lock. A committer extends the (stopped) log recording and keeps it recording for
+the whole commit; the archive refuses a second extend of an active recording, so two committers never
+interleave, and a committer that dies releases the lock when its publication's image goes away (the archive
+then stops the recording). Records are appended on that publication and each waits until the archive has
+recorded it, so a record is durable before the step it announces begins. Reading replays the log from the
+position a process has already folded (cached per process: Spark reuses its commit worker), so a commit reads
+only what other hosts appended since.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from aeron_archive_spark.archive.channel import ChannelUri
+from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
+from aeron_archive_spark.archive.client.connection import ConnectionOptions
+from aeron_archive_spark.archive.descriptor import RecordingDescriptor
+from aeron_archive_spark.archive.exceptions import ArchiveError
+from aeron_archive_spark.archive.native import ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED
+from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts
+from aeron_archive_spark.archive.tables.read import read_batches
+from aeron_archive_spark.archive.tables.schema import row_schema
+from aeron_archive_spark.connector.sink.archive_ops import SESSION_PARAMS, ArchiveOps, OpenRecording
+from aeron_archive_spark.connector.sink.batch_map import BatchEntry
+from aeron_archive_spark.connector.sink.errors import SinkError
+
+log = logging.getLogger(__name__)
+
+# The stream id of every sink log ("aeron" in ASCII): a reader matching the target's channel and stream id
+# never matches a log, whose channel alias also names it.
+SINK_LOG_STREAM_ID = 0x6165_726F
+ALIAS_PREFIX = "aeron-archive-spark-sink:"
+LOG_TERM_LENGTH = 64 * 1024
+KEY_LENGTH = 24
+# How many recent batch map entries a commit keeps in memory (a re-commit after a crash asks for the last one).
+RECENT_ENTRIES = 64
+
+
+# -- identity ----------------------------------------------------------------------------------------------------
+
+
+def sink_identity(
+    streaming: bool,
+    checkpoint_location: str | None,
+    recording_id: int | None,
+    channel: str | None,
+    stream_id: int | None,
+) -> str:
+    """What identifies a sink across restarts and hosts, as text shown to operators.
+
+    A stream: its checkpointLocation (a restart on another host gives the same location: Spark's checkpoint is
+    the query's identity). A batch write: its target (the recording, or channel and stream), so every write to
+    the same target shares one log and one batch map, and a write repairs what a crashed one left.
+    """
+    if streaming:
+        if not checkpoint_location:
+            raise SinkError("a streaming aeron-archive sink needs the query's checkpointLocation")
+        return f"checkpoint {checkpoint_location.rstrip('/')}"
+    if recording_id is not None:
+        return f"recording {recording_id}"
+    from aeron_archive_spark.archive.channel import strip_channel
+
+    assert channel is not None and stream_id is not None
+    return f"channel {strip_channel(channel)} stream {stream_id}"
+
+
+def sink_key(identity: str) -> str:
+    """A fixed-length digest of the identity: never a prefix of another key, and no path in the alias."""
+    return hashlib.sha256(identity.encode()).hexdigest()[:KEY_LENGTH]
+
+
+def log_alias(key: str) -> str:
+    return ALIAS_PREFIX + key
+
+
+# -- records and state ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SinkTarget:
+    """Which recording the sink writes; so restarts extend it without the user passing its id."""
+
+    recording_id: int
+    created_by_sink: bool
+    stream_id: int
+    kind: str  # "stream" (batch ids from Spark) or "batch" (df.write: the next free id per write)
+    identity: str
+    created_at: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "t": "target",
+            "recordingId": self.recording_id,
+            "createdBySink": self.created_by_sink,
+            "streamId": self.stream_id,
+            "kind": self.kind,
+            "sink": self.identity,
+            "createdAt": self.created_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A commit that started publishing: the recording may hold data past start_position that is not committed."""
+
+    batch_id: int
+    recording_id: int
+    start_position: int
+    started_at: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "t": "pending",
+            "batchId": self.batch_id,
+            "recordingId": self.recording_id,
+            "startPosition": self.start_position,
+            "startedAt": self.started_at,
+        }
+
+
+def rollback_record(pending: Pending) -> dict[str, Any]:
+    return {
+        "t": "rollback",
+        "batchId": pending.batch_id,
+        "recordingId": pending.recording_id,
+        "position": pending.start_position,
+    }
+
+
+def commit_record(entry: BatchEntry) -> dict[str, Any]:
+    return {"t": "commit", **entry.to_json()}
+
+
+@dataclass
+class LogState:
+    """The fold of a sink log's records; `entries` only when asked for (a long-running query has many)."""
+
+    target: SinkTarget | None = None
+    pending: Pending | None = None
+    last: BatchEntry | None = None
+    count: int = 0
+    recent: dict[int, BatchEntry] = field(default_factory=dict)
+    entries: list[BatchEntry] | None = None
+
+    def apply(self, record: dict[str, Any], where: str) -> None:
+        try:
+            kind = record["t"]
+            if kind == "target":
+                self.target = SinkTarget(
+                    int(record["recordingId"]),
+                    bool(record["createdBySink"]),
+                    int(record["streamId"]),
+                    str(record["kind"]),
+                    str(record.get("sink", "")),
+                    int(record.get("createdAt", 0)),
+                )
+            elif kind == "pending":
+                self.pending = Pending(
+                    int(record["batchId"]),
+                    int(record["recordingId"]),
+                    int(record["startPosition"]),
+                    int(record.get("startedAt", 0)),
+                )
+            elif kind == "commit":
+                entry = BatchEntry.from_json(record)
+                self.last = entry
+                self.count += 1
+                self.recent[entry.batch_id] = entry
+                if len(self.recent) > RECENT_ENTRIES:
+                    del self.recent[min(self.recent)]
+                if self.entries is not None:
+                    self.entries.append(entry)
+                if self.pending is not None and self.pending.batch_id == entry.batch_id:
+                    self.pending = None
+            elif kind == "rollback":
+                if self.pending is not None and self.pending.batch_id == int(record["batchId"]):
+                    self.pending = None
+            else:
+                log.warning("unknown record type %r in %s: ignored (written by a newer version?)", kind, where)
+        except (KeyError, TypeError, ValueError) as ex:
+            raise SinkError(f"damaged record in {where}: {record!r} ({ex})") from None
+
+    def find(self, batch_id: int) -> BatchEntry | None:
+        found = self.recent.get(batch_id)
+        if found is None and self.entries is not None:
+            found = next((e for e in self.entries if e.batch_id == batch_id), None)
+        return found
+
+    def copy(self) -> LogState:
+        return replace(self, recent=dict(self.recent), entries=None if self.entries is None else list(self.entries))
+
+
+# -- finding and reading ---------------------------------------------------------------------------------------------
+
+
+def find_logs(archive: AeronArchive, key: str | None = None) -> list[RecordingDescriptor]:
+    """Sink log recordings in the archive (of one key, or all), lowest recording id first."""
+    fragment = log_alias(key) if key is not None else ALIAS_PREFIX
+    found = archive.list_recordings_for_uri(0, 1 << 30, fragment, SINK_LOG_STREAM_ID)
+    return sorted(found, key=lambda d: d.recording_id)
+
+
+def log_key_of(descriptor: RecordingDescriptor) -> str | None:
+    """The key in a log recording's channel alias."""
+    try:
+        alias = ChannelUri.parse(descriptor.stripped_channel).get("alias") or ""
+    except Exception:
+        return None
+    return alias[len(ALIAS_PREFIX) :] if alias.startswith(ALIAS_PREFIX) else None
+
+
+def read_records(
+    connection: ConnectionOptions, descriptor: RecordingDescriptor, start: int, stop: int
+) -> Iterator[dict[str, Any]]:
+    """The records of a log recording in `[start, stop)`, replayed from the archive (no shared disk needed)."""
+    if stop <= start:
+        return
+    read_range = ReadRange(0, RecordingFacts.of(descriptor), start, stop, stop, None, connection)
+    where = f"sink log recording {descriptor.recording_id}"
+    for batch in read_batches(read_range, row_schema(None), None):
+        for value in batch.column("value").to_pylist():
+            try:
+                record = json.loads(value)
+            except ValueError as ex:
+                raise SinkError(f"damaged record in {where}: {value[:80]!r} ({ex})") from None
+            if not isinstance(record, dict):
+                raise SinkError(f"damaged record in {where}: {value[:80]!r} is not a JSON object")
+            yield record
+
+
+def read_state(
+    connection: ConnectionOptions, descriptor: RecordingDescriptor, stop: int, with_entries: bool = False
+) -> LogState:
+    """The state of a log folded up to `stop` (its stop position, or what is recorded of an active one)."""
+    state = LogState(entries=[] if with_entries else None)
+    for record in read_records(connection, descriptor, descriptor.start_position, stop):
+        state.apply(record, f"sink log recording {descriptor.recording_id}")
+    return state
+
+
+@dataclass(frozen=True, slots=True)
+class SinkView:
+    """What an operator sees of one sink: its log recording, target, pending commit and batch map."""
+
+    log_recording_id: int
+    key: str
+    state: LogState
+
+    @property
+    def entries(self) -> list[BatchEntry] | None:
+        return self.state.entries
+
+
+def read_sink(
+    connection: ConnectionOptions,
+    checkpoint_location: str | None = None,
+    recording_id: int | None = None,
+    channel: str | None = None,
+    stream_id: int | None = None,
+) -> SinkView:
+    """One sink's state (batch map included), named by its checkpoint location or its batch write target."""
+    if checkpoint_location is not None:
+        identity = sink_identity(True, checkpoint_location, None, None, None)
+    elif recording_id is not None or (channel is not None and stream_id is not None):
+        identity = sink_identity(False, None, recording_id, channel, stream_id)
+    else:
+        raise ValueError("name the sink: checkpoint_location, recording_id, or channel and stream_id")
+    key = sink_key(identity)
+    views = read_sinks(connection, key)
+    if not views:
+        raise SinkError(f"no sink log for {identity} in the {connection.describe()}")
+    return views[0]
+
+
+def read_batch_map(
+    connection: ConnectionOptions,
+    *,
+    checkpoint_location: str | None = None,
+    recording_id: int | None = None,
+    channel: str | None = None,
+    stream_id: int | None = None,
+) -> list[BatchEntry]:
+    """Every committed batch of one sink, by batch id, read from its log in the archive at `connection`.
+
+    Name the sink as it was written: a stream by its query's `checkpoint_location` (the option value as Spark
+    passed it), a batch write by its target (`recording_id`, or `channel` and `stream_id`).
+    """
+    return read_sink(connection, checkpoint_location, recording_id, channel, stream_id).entries or []
+
+
+def read_sinks(connection: ConnectionOptions, key: str | None = None) -> list[SinkView]:
+    """Every sink log in the archive (or those of one key), with their batch maps."""
+    from aeron_archive_spark.archive.client.pool import connection_pool, requires_host_driver
+
+    views: list[SinkView] = []
+    lease = connection_pool().archive(
+        connection, purpose="sink-reader", host_driver_only=requires_host_driver(connection)
+    )
+    with lease as archive:
+        seen: set[str] = set()
+        for descriptor in find_logs(archive, key):
+            found_key = log_key_of(descriptor)
+            if found_key is None or found_key in seen:
+                continue  # a later log of the same sink lost a creation race and holds nothing
+            seen.add(found_key)
+            stop = descriptor.stop_position
+            if stop < 0:  # a commit holds it: read what is recorded so far
+                stop = archive.get_recording_position(descriptor.recording_id)
+                stop = descriptor.start_position if stop < 0 else stop
+            views.append(SinkView(descriptor.recording_id, found_key, read_state(connection, descriptor, stop, True)))
+    return views
+
+
+# Per process: (log recording id, position folded up to, state), so a reused commit worker reads only the tail.
+_cache: dict[str, tuple[int, int, LogState]] = {}
+_cache_lock = threading.Lock()
+
+
+def _cached(key: str, descriptor: RecordingDescriptor) -> tuple[int, LogState]:
+    with _cache_lock:
+        hit = _cache.get(key)
+    if hit is not None and hit[0] == descriptor.recording_id and hit[1] <= descriptor.stop_position:
+        return hit[1], hit[2].copy()
+    return descriptor.start_position, LogState()
+
+
+def _remember(key: str, recording_id: int, position: int, state: LogState) -> None:
+    with _cache_lock:
+        _cache[key] = (recording_id, position, state.copy())
+
+
+def forget(key: str) -> None:
+    with _cache_lock:
+        _cache.pop(key, None)
+
+
+# -- owning the log for one commit ------------------------------------------------------------------------------
+
+
+class HeldLog:
+    """A sink log this committer owns (its recording extended by our publication) until `release`."""
+
+    def __init__(
+        self, ops: ArchiveOps, key: str, opened: OpenRecording, state: LogState, position: int, identity: str
+    ) -> None:
+        self.ops = ops
+        self.key = key
+        self.opened = opened
+        self.state = state
+        self.position = position
+        self.identity = identity
+        self.released = False
+
+    @property
+    def recording_id(self) -> int:
+        return self.opened.recording_id
+
+    def describe(self) -> str:
+        return f"sink log recording {self.recording_id} ({self.identity})"
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Append one record and wait until the archive has recorded it; then fold it into the state."""
+        data = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+        publication = self.opened.publication
+        deadline = time.monotonic() + self.ops.timeout_s
+        while True:
+            result = publication.offer(data)
+            if result > 0:
+                break
+            if result not in (BACK_PRESSURED, NOT_CONNECTED, ADMIN_ACTION):
+                raise SinkError(f"cannot append to {self.describe()}: offer returned {result}")
+            if time.monotonic() > deadline:
+                raise SinkError(
+                    f"cannot append to {self.describe()}: not connected or back pressured for "
+                    f"{self.ops.timeout_s:.1f}s ({self.ops.options.connection.describe()})"
+                )
+            self.ops.poll()
+            time.sleep(0.0002)
+        self.ops.confirm(self.opened)
+        self.ops.await_recorded(self.recording_id, result)
+        self.position = result
+        self.state.apply(record, self.describe())
+        _remember(self.key, self.recording_id, self.position, self.state)
+
+    def release(self) -> None:
+        """Stop recording the log (the lock is free again); idempotent."""
+        if self.released:
+            return
+        self.released = True
+        try:
+            self.ops.confirm(self.opened)
+            stop = self.ops.stop(self.opened)
+        finally:
+            self.opened.publication.close()
+        if stop != self.position:
+            forget(self.key)
+            raise SinkError(f"{self.describe()} stopped at {stop}, but its records end at {self.position}")
+
+    def abandon(self) -> None:
+        """After a failure: close the publication (the archive stops the log when the image goes) and forget."""
+        forget(self.key)
+        if self.released:
+            return
+        self.released = True
+        try:
+            self.ops.archive.try_stop_recording_subscription(self.opened.subscription_id)
+        except Exception as ex:
+            log.debug("could not stop %s: %s", self.describe(), ex)
+        self.opened.publication.close()
+
+
+def log_channel(base_channel: str, key: str) -> str:
+    """A new log's channel: the sink's own path to the archive (its endpoint), a small term, the log's alias."""
+    uri = ChannelUri.parse(base_channel)
+    cleared = dict.fromkeys(SESSION_PARAMS)
+    if uri.is_ipc:
+        return str(ChannelUri("ipc", {}).with_params(alias=log_alias(key), term_length=LOG_TERM_LENGTH))
+    return str(uri.with_params(**cleared, alias=log_alias(key), term_length=LOG_TERM_LENGTH))
+
+
+def acquire(ops: ArchiveOps, key: str, identity: str, base_channel: str, lock_timeout_s: float) -> HeldLog:
+    """Own the sink's log for one commit: create it, or extend it once no other committer holds it."""
+    archive = ops.archive
+    deadline = time.monotonic() + lock_timeout_s
+    waited_for: int | None = None
+    while True:
+        logs = find_logs(archive, key)
+        if not logs:
+            opened = ops.open_new(log_channel(base_channel, key), SINK_LOG_STREAM_ID)
+            held = HeldLog(ops, key, opened, LogState(), opened.start_position, identity)
+            lower = [d for d in find_logs(archive, key) if d.recording_id < opened.recording_id]
+            if lower:  # another committer created one first: use that one
+                held.abandon()
+                continue
+            log.info("created sink log recording %d for %s", opened.recording_id, identity)
+            return held
+        descriptor = logs[0]
+        if descriptor.is_active:
+            if waited_for != descriptor.recording_id:
+                waited_for = descriptor.recording_id
+                log.info(
+                    "sink log recording %d (%s) is held by another commit (or one that died, until the archive "
+                    "sees its publication go): waiting up to %.0fs",
+                    descriptor.recording_id,
+                    identity,
+                    max(0.0, deadline - time.monotonic()),
+                )
+            if time.monotonic() > deadline:
+                raise SinkError(
+                    f"sink log recording {descriptor.recording_id} ({identity}) has been held by another "
+                    f"commit for more than {lock_timeout_s:.0f}s: is a second query writing with the same "
+                    "checkpoint or target?"
+                )
+            time.sleep(0.1)
+            continue
+        try:
+            opened = ops.open_extend(descriptor, descriptor.original_channel)
+            ops.confirm(opened)
+        except (ArchiveError, SinkError) as ex:
+            if time.monotonic() > deadline:
+                raise SinkError(f"cannot take sink log recording {descriptor.recording_id} ({identity}): {ex}") from ex
+            log.info("sink log recording %d not taken (%s): retrying", descriptor.recording_id, ex)
+            time.sleep(0.1)
+            continue
+        held = HeldLog(ops, key, opened, LogState(), descriptor.stop_position, identity)
+        try:
+            start, state = _cached(key, descriptor)
+            for record in read_records(ops.options.connection, descriptor, start, descriptor.stop_position):
+                state.apply(record, held.describe())
+            held.state = state
+            _remember(key, descriptor.recording_id, descriptor.stop_position, state)
+        except BaseException:
+            held.abandon()
+            raise
+        return held
