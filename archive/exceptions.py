@@ -60,3 +60,7 @@ class ArchiveError(Exception):
 
 class ArchiveTimeoutError(ArchiveError, TimeoutError):
     """No response from the archive within the message timeout."""
+
+
+class ArchiveDisconnectedError(ArchiveError):
+    """The session's control response stream lost its image: the archive went away (or restarted)."""

@@ -39,6 +39,7 @@ from aeron_archive_spark.archive.constants import (
 )
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
 from aeron_archive_spark.archive.exceptions import (
+    ArchiveDisconnectedError,
     ArchiveError,
     ArchiveTimeoutError,
     ErrorCode,
@@ -287,7 +288,7 @@ class AeronArchive:
         if self._closed:
             raise ArchiveError("client is closed")
         if not self._subscription.is_connected:
-            raise ArchiveError("archive is disconnected: control response stream has no connected image")
+            raise ArchiveDisconnectedError("archive is disconnected: control response stream has no connected image")
 
     def _request(self, message_name: str, **fields: Any) -> int:
         """Send a request and return its correlation id (caller holds the lock)."""

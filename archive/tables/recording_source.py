@@ -28,9 +28,9 @@ from __future__ import annotations
 import logging
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -49,7 +49,7 @@ from aeron_archive_spark.archive.constants import (
     NULL_POSITION,
 )
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
-from aeron_archive_spark.archive.exceptions import ArchiveError
+from aeron_archive_spark.archive.exceptions import ArchiveDisconnectedError, ArchiveError, ArchiveTimeoutError
 from aeron_archive_spark.archive.storage.catalog import Catalog
 from aeron_archive_spark.archive.storage.frames import (
     BEGIN_FRAG_FLAG,
@@ -67,6 +67,8 @@ from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts
 from aeron_archive_spark.archive.tables.replay_chunks import ReplayChunkSource
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # Boundary scans need only the frames near one position: small chunks keep them cheap.
 _SCAN_CHUNK = 256 * 1024
@@ -434,29 +436,55 @@ class RemoteRecordingSource(RecordingSource):
         with lease:  # a failed request closes the session instead of returning it
             yield archive
 
+    def _ask(self, what: str, request: Callable[[AeronArchive], T]) -> T:
+        """`request` on a pooled planner session; errors name the archive.
+
+        A session that stops answering (the archive was restarted: the new instance does not know the session,
+        and the old response image lingers until its liveness timeout) is closed by its lease and replaced once,
+        so a planner recovers by itself from an archive restart; a second failure is reported.
+        """
+        for attempt in (1, 2):
+            try:
+                with self._archive() as archive:
+                    return request(archive)
+            except (ArchiveTimeoutError, ArchiveDisconnectedError) as ex:
+                if attempt == 1:
+                    log.warning("%s: no answer from the %s (%s); retrying on a new session", what, self.describe(), ex)
+                    continue
+                raise ArchiveError(f"{what}: no answer from the {self.describe()}: {ex}", ex.error_code) from ex
+            except ArchiveError as ex:
+                raise ArchiveError(f"{what}: the {self.describe()} answered: {ex}", ex.error_code) from ex
+        raise AssertionError("unreachable")
+
     def list_selected(self) -> dict[int, RecordingDescriptor]:
         selection = self.options.selection
-        with self._archive() as archive:
+
+        def listing(archive: AeronArchive) -> list[RecordingDescriptor]:
             if selection.recording_ids is not None:
                 found = [archive.list_recording(rid) for rid in selection.recording_ids]
-                return {d.recording_id: d for d in found if d is not None}
+                return [d for d in found if d is not None]
             assert selection.channel is not None and selection.stream_id is not None
-            listed = archive.list_recordings_for_uri(0, 2**31 - 1, selection.channel, selection.stream_id)
-        return {d.recording_id: d for d in listed}
+            return archive.list_recordings_for_uri(0, 2**31 - 1, selection.channel, selection.stream_id)
+
+        return {d.recording_id: d for d in self._ask("listing recordings", listing)}
 
     def recorded_end(self, descriptor: RecordingDescriptor) -> int:
         if not descriptor.is_active:
             return descriptor.stop_position
         if self._counters is None:
             self._counters = _Counters(self.pool, self.connection.aeron_dir, required=False)
-        with self._archive() as archive:
-            live = self._counters.position(descriptor, archive.archive_id())
+        counters = self._counters
+
+        def position(archive: AeronArchive) -> int:
+            live = counters.position(descriptor, archive.archive_id())
             if live is not None:
                 return live
-            live = archive.get_recording_position(descriptor.recording_id)
-            if live != NULL_POSITION:
-                return int(live)
+            recorded = archive.get_recording_position(descriptor.recording_id)
+            if recorded != NULL_POSITION:
+                return int(recorded)
             return int(archive.get_stop_position(descriptor.recording_id))
+
+        return self._ask(f"the recorded position of recording {descriptor.recording_id}", position)
 
     def chunk_source(self) -> ChunkSource:
         if self._chunk_source is None:

@@ -28,6 +28,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from aeron_archive_spark.archive.exceptions import ArchiveDisconnectedError, ArchiveTimeoutError
 from aeron_archive_spark.connector.sink import faults
 from aeron_archive_spark.connector.sink.archive_ops import (
     ArchiveOps,
@@ -71,6 +72,36 @@ def commit_batch(
     identity = sink_identity(
         streaming, options.checkpoint_location, options.recording_id, options.channel, options.stream_id
     )
+    for attempt in (1, 2):
+        try:
+            entry, published = _commit_once(options, staged, batch_id, label, streaming, identity)
+            break
+        except SinkError as ex:
+            if attempt == 2 or not _stale_session(ex):
+                raise
+            # The pooled session stopped answering (the archive restarted and does not know it): its lease closed
+            # it; the protocol is idempotent (a partial publish is truncated), so commit again on a new session.
+            log.warning("commit of batch %s: %s; committing again on a new archive session", label, ex)
+    if published and entry is not None:
+        seconds = time.perf_counter() - started
+        log.info(
+            "commit of batch %d took %.3f s (%.1f MB/s of recording)",
+            entry.batch_id,
+            seconds,
+            (entry.stop_position - entry.start_position) / max(seconds, 1e-9) / 1e6,
+        )
+    return entry
+
+
+def _commit_once(
+    options: SinkOptions,
+    staged: list[StagedPartition],
+    batch_id: int | None,
+    label: str,
+    streaming: bool,
+    identity: str,
+) -> tuple[BatchEntry | None, bool]:
+    """One commit on one leased control session: (the batch's entry, whether this call published it)."""
     signals = SignalLog()
     lease, archive = lease_archive(options.connection, signals, options.source_location == "local")
     with lease:  # an error (but an injected fault) closes the session instead of returning it to the pool
@@ -84,11 +115,12 @@ def commit_batch(
                 ops, sink_key(identity), identity, base_channel, max(LOCK_TIMEOUT_S, options.publish_timeout_s)
             )
             try:
-                entry, published = _commit_held(ops, held, options, staged, batch_id, streaming)
+                result = _commit_held(ops, held, options, staged, batch_id, streaming)
             except BaseException:
                 held.abandon()
                 raise
             held.release()
+            return result
         except SinkError:
             raise
         except Exception as ex:
@@ -97,15 +129,16 @@ def commit_batch(
                 f"({options.connection.describe()}); a partly published batch is truncated by the next "
                 "commit"
             ) from ex
-    if published and entry is not None:
-        seconds = time.perf_counter() - started
-        log.info(
-            "commit of batch %d took %.3f s (%.1f MB/s of recording)",
-            entry.batch_id,
-            seconds,
-            (entry.stop_position - entry.start_position) / max(seconds, 1e-9) / 1e6,
-        )
-    return entry
+
+
+def _stale_session(error: BaseException) -> bool:
+    """True if `error` came from a control session the archive no longer answers (timeout, lost response image)."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, (ArchiveTimeoutError, ArchiveDisconnectedError)):
+            return True
+        seen = seen.__cause__
+    return False
 
 
 def abort_batch(options: SinkOptions, messages: Sequence[Any], label: str, batch_id: int | None) -> None:

@@ -524,7 +524,10 @@ def test_close_at_exit_and_a_child_that_exits_normally(aeron_dir, tmp_path, capl
         # At exit the pool closed its session and its embedded driver (whose directory is deleted).
         assert at_exit == {"closed": True, "embedded_left": False}
         wait_for(lambda: not (server_sessions(h) - before), timeout=30, what="the archive saw the sessions close")
-        # Closed by a CloseSessionRequest (sent before the clients closed), not found dead by the archive later.
-        assert any(f"control session {during['session']}" in m and "session closed" in m for m in caplog.messages)
+        # Closed at exit, not left to time out: by the CloseSessionRequest, or (when the machine is loaded and the
+        # request arrives over UDP after the client's response subscription is already gone) by the archive seeing
+        # that subscription go. Either way within the wait above, far below the session's liveness timeout.
+        closing = [m for m in caplog.messages if f"control session {during['session']} closed" in m]
+        assert closing and ("session closed" in closing[0] or "response publication not connected" in closing[0])
     finally:
         h.close()
