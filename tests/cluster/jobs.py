@@ -1,0 +1,235 @@
+"""Spark applications the connector's cluster tests run on the `driver`/`driver2` hosts (see test_connector.py).
+
+`python jobs.py COMMAND CONFIG_JSON`; every command prints its result as one JSON line on stdout (progress goes
+to stderr). The config names the master, this host's address, the archive's control channel and the recording or
+target; nothing else about the topology is known here, as for a user's job: no `aeronDir` (the driver host runs
+no media driver), no archiveDir, default response and replay channels (each process finds its own address).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import urllib.request
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+
+def log(message: str) -> None:
+    print(f"[job {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def session(config: dict[str, Any], name: str) -> SparkSession:
+    builder = (
+        SparkSession.builder.master(config["master"])
+        .appName(name)
+        .config("spark.driver.host", config["driverIp"])
+        .config("spark.driver.bindAddress", config["driverIp"])
+        .config("spark.driver.memory", "768m")
+        .config("spark.executor.memory", "768m")
+        .config("spark.executor.cores", "1")
+        .config("spark.cores.max", "2")
+        .config("spark.scheduler.minRegisteredResourcesRatio", "1.0")
+        .config("spark.scheduler.maxRegisteredResourcesWaitingTime", "120s")
+        .config("spark.ui.port", "4040")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.task.maxFailures", "4")
+        .config("spark.sql.streaming.stopTimeout", "60s")
+    )
+    for key, value in config.get("sparkConf", {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def archive_options(config: dict[str, Any]) -> dict[str, str]:
+    options = {"controlChannel": config["controlChannel"], "messageTimeout": "10s"}
+    options.update(config.get("options", {}))
+    return options
+
+
+def task_hosts(spark: SparkSession, config: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every task of the application as Spark's own status API reports it: stage, partition, host, executor."""
+    app = spark.sparkContext.applicationId
+    base = f"http://{config['driverIp']}:4040/api/v1/applications/{app}"
+    with urllib.request.urlopen(f"{base}/stages", timeout=10) as response:
+        stages = json.load(response)
+    tasks: list[dict[str, Any]] = []
+    for stage in stages:
+        url = f"{base}/stages/{stage['stageId']}/{stage['attemptId']}/taskList?length=10000"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            for task in json.load(response):
+                tasks.append(
+                    {
+                        "stage": stage["stageId"],
+                        "partition": task["index"],
+                        "host": task["host"],
+                        "executorId": task["executorId"],
+                        "status": task["status"],
+                        "speculative": task.get("speculative", False),
+                    }
+                )
+    return tasks
+
+
+def read(config: dict[str, Any]) -> dict[str, Any]:
+    """Batch reads (`reads`: a list of option sets, else `options`), partitions replayed by the executors.
+
+    Rows are [recordingId, position, tradeId, payload length] with SBE columns (`sbeSchema` set), else
+    [recordingId, position, value as text (latin-1: any bytes, losslessly)].
+    """
+    spark = session(config, "aas-cluster-read")
+    result = read_with(spark, config)
+    spark.stop()
+    return result
+
+
+def read_with(spark: SparkSession, config: dict[str, Any]) -> dict[str, Any]:
+    """`read` in an application that is already running (other jobs end with their checks in the same one)."""
+    results = []
+    for options in config.get("reads") or [config.get("options", {})]:
+        frame = spark.read.format("aeron-archive").options(**archive_options({**config, "options": options})).load()
+        if "sbeSchema" in options:
+            rows = [
+                [r.recordingId, r.position, r.tradeId, len(r.value)]
+                for r in frame.select("recordingId", "position", "tradeId", "value").collect()
+            ]
+        else:
+            rows = [
+                [r.recordingId, r.position, bytes(r.value).decode("latin-1")]
+                for r in frame.select("recordingId", "position", "value").orderBy("position").collect()
+            ]
+        results.append({"partitions": frame.rdd.getNumPartitions(), "rows": rows})
+    return {**results[0], "reads": results, "tasks": task_hosts(spark, config)}
+
+
+def stream_read(config: dict[str, Any]) -> dict[str, Any]:
+    """Tail the live recording with readStream until `minRows` rows arrived (or `seconds` passed)."""
+    spark = session(config, "aas-cluster-stream-read")
+    seen: list[list[int]] = []
+    batches: list[int] = []
+
+    def collect(frame: DataFrame, batch_id: int) -> None:
+        rows = frame.select("recordingId", "position", "tradeId").collect()
+        seen.extend([r.recordingId, r.position, r.tradeId] for r in rows)
+        batches.append(batch_id)
+        log(f"batch {batch_id}: {len(rows)} rows")
+        if rows:
+            print(json.dumps({"progress": batch_id, "rows": len(rows)}), flush=True)
+
+    query = (
+        spark.readStream.format("aeron-archive")
+        .options(**archive_options(config))
+        .load()
+        .writeStream.foreachBatch(collect)
+        .trigger(processingTime="1 second")
+        .option("checkpointLocation", config["checkpoint"])
+        .start()
+    )
+    deadline = time.monotonic() + config.get("seconds", 60)
+    while len(seen) < config["minRows"] and time.monotonic() < deadline and query.exception() is None:
+        time.sleep(0.5)
+    error = query.exception()
+    query.stop()
+    result = {"rows": seen, "batches": batches, "error": None if error is None else str(error)}
+    spark.stop()
+    return result
+
+
+def stream_copy(config: dict[str, Any]) -> dict[str, Any]:
+    """readStream of the live recording -> writeStream into a new recording of the archive, exactly once.
+
+    Runs until `untilBatches` batches were committed in this run or `seconds` passed; a test may kill it at any
+    moment (the driver dies) and run it again on another host with the same checkpoint.
+    """
+    spark = session(config, "aas-cluster-stream-copy")
+    source = spark.readStream.format("aeron-archive").options(**archive_options(config)).load()
+    sink_options = {"controlChannel": config["controlChannel"], **config.get("sinkOptions", {})}
+    query = (
+        source.select("value")
+        .writeStream.format("aeron-archive")
+        .options(**sink_options)
+        .option("checkpointLocation", config["checkpoint"])
+        .trigger(processingTime=config.get("trigger", "1 second"))
+        .start()
+    )
+    committed = 0
+    deadline = time.monotonic() + config.get("seconds", 120)
+    last_batch = None
+    while committed < config.get("untilBatches", 5) and time.monotonic() < deadline:
+        if query.exception() is not None:
+            break
+        progress = query.lastProgress
+        if progress is not None and progress["batchId"] != last_batch and progress.get("numInputRows", 0) > 0:
+            last_batch = progress["batchId"]
+            committed += 1
+            log(f"batch {last_batch} done ({progress['numInputRows']} rows)")
+            print(json.dumps({"progress": last_batch}), flush=True)
+        time.sleep(0.2)
+    error = query.exception()
+    query.stop()
+    result: dict[str, Any] = {"batches": committed, "error": None if error is None else str(error)}
+    if error is None and config.get("thenRead"):
+        result["read"] = read_with(spark, {**config, "reads": config["thenRead"]})
+    spark.stop()
+    return result
+
+
+def write_numbered(spark: SparkSession, config: dict[str, Any], fail: int | None) -> str | None:
+    """df.write of `rows` numbered rows into the target; with `fail`, that partition always fails. The error."""
+
+    def values(index: int, iterator: Any) -> Any:
+        if fail is not None and index == fail:
+            raise RuntimeError(f"partition {index} fails on purpose")
+        for row in iterator:
+            yield (f"row-{row.id:08d}".encode(),)
+
+    frame = spark.range(0, config["rows"], numPartitions=config.get("partitions", 4))
+    data = spark.createDataFrame(frame.rdd.mapPartitionsWithIndex(values), "value binary")
+    writer = data.write.format("aeron-archive").mode("append").options(**config["sinkOptions"])
+    try:
+        writer.option("controlChannel", config["controlChannel"]).save()
+    except Exception as ex:  # the failing variant: the job fails, nothing may be visible
+        return str(ex)[:2000]
+    return None
+
+
+def batch_write(config: dict[str, Any]) -> dict[str, Any]:
+    """A write whose task `failPartition` always fails (the job fails), the same write succeeding, then a read."""
+    spark = session(config, "aas-cluster-batch-write")
+    failed = write_numbered(spark, config, config["failPartition"])
+    listed = recordings_of(config)
+    error = write_numbered(spark, config, None)
+    result = {"failedError": failed, "afterFailure": listed, "error": error}
+    if error is None:
+        result["read"] = read_with(spark, {**config, "options": config["sinkOptions"]})
+    spark.stop()
+    return result
+
+
+def recordings_of(config: dict[str, Any]) -> list[int]:
+    """Recording ids of the target's channel and stream, asked from the archive (no Spark)."""
+    from aeron_archive_spark.archive.client.connection import ConnectionOptions
+    from aeron_archive_spark.archive.client.pool import connection_pool
+
+    options = config["sinkOptions"]
+    with connection_pool().archive(ConnectionOptions(control_channel=config["controlChannel"])) as archive:
+        found = archive.list_recordings_for_uri(0, 1000, options["channel"], int(options["streamId"]))
+    return [d.recording_id for d in found]
+
+
+COMMANDS = {"read": read, "stream-read": stream_read, "stream-copy": stream_copy, "batch-write": batch_write}
+
+
+def main() -> None:
+    command, raw = sys.argv[1], sys.argv[2]
+    result = COMMANDS[command](json.loads(raw))
+    print(json.dumps({"result": result}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
