@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 
 import pytest
-
 from spark.test_source_support import Recorder, source_options
 from system.harness import SMALL_TERM, Harness, payloads_of
 

@@ -1,0 +1,212 @@
+"""The connector on the namespace cluster of tests/cluster beside the same work on one host, same run (issue 10).
+
+Sink: a streaming query from the in-memory bench source of `bench_spark_sink` (1 KiB values) into
+- the aeron-archive sink on the cluster (driver on `driver`, two 1-core executors on `worker1`/`worker2`, the archive
+  on `archive`, over UDP; rows travel to the driver in commit messages),
+- the same sink on one host (`local[2]` on the archive host, IPC to the archive's own media driver),
+- the no-op Arrow sink on the cluster (the Python sink API's ceiling there).
+Read: a batch read of the recording the cluster sink wrote, on the cluster (no archiveDir: each executor replays
+its partitions over UDP) beside a `local[2]` `archiveDir` read of the same recording on the archive host.
+
+Figures are MB/s of value bytes over the action's wall time (Spark application start-up excluded), medians of
+`--reps` runs. The machine has 2 cores for every JVM, Python worker, media driver and the archive of all hosts, so
+compare ratios taken in one run, never absolute figures.
+
+Run (root; brings the topology up if it is not, and down again unless it was up):
+`python -m tests.benchmarks.bench_cluster [--rows N] [--reps N]`, or `bash ci/bench.sh cluster ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+PROJECT = Path(__file__).resolve().parents[2]
+VALUE_SIZE = 1024
+
+
+def _session(config: dict[str, Any], name: str) -> Any:
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(config["master"])
+        .appName(name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "1g")
+        .config("spark.python.worker.reuse", "true")
+    )
+    if config["master"].startswith("spark://"):
+        builder = (
+            builder.config("spark.driver.host", config["driverIp"])
+            .config("spark.driver.bindAddress", config["driverIp"])
+            .config("spark.executor.memory", "1g")
+            .config("spark.executor.cores", "1")
+            .config("spark.cores.max", "2")
+            .config("spark.scheduler.minRegisteredResourcesRatio", "1.0")
+            .config("spark.scheduler.maxRegisteredResourcesWaitingTime", "120s")
+            .config("spark.executorEnv.PYTHONPATH", str(PROJECT))
+        )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def sink_job(config: dict[str, Any]) -> dict[str, Any]:
+    """Alternated no-op / aeron-archive streaming queries; seconds per run, and the recording last written."""
+    from aeron_archive_spark.archive.client.connection import ConnectionOptions
+    from aeron_archive_spark.connector.sink import read_batch_map
+    from tests.benchmarks.bench_spark_sink import BenchSource, NoopSink, run_query
+
+    spark = _session(config, "bench-cluster-sink")
+    spark.dataSource.register(BenchSource)
+    spark.dataSource.register(NoopSink)
+    work = f"/tmp/bench-{uuid.uuid4().hex}"
+    Path(work).mkdir()
+    rows, batch_rows = config["rows"], config["batchRows"]
+    sinks = [("aeron-archive", config["sinkOptions"])] + ([("bench-noop", {})] if config.get("noop") else [])
+    warm = max(batch_rows // 2, 1)
+    for sink, options in sinks:
+        run_query(spark, sink, options, VALUE_SIZE, warm, warm, work)
+    seconds: dict[str, list[float]] = {sink: [] for sink, _ in sinks}
+    for _ in range(config["reps"]):
+        for sink, options in sinks:
+            seconds[sink].append(run_query(spark, sink, options, VALUE_SIZE, rows, batch_rows, work).seconds)
+    connection = ConnectionOptions(
+        aeron_dir=config["sinkOptions"].get("aeronDir"), control_channel=config["sinkOptions"]["controlChannel"]
+    )
+    last = sorted(Path(work).glob("chk-aeron-archive-*"), key=lambda p: p.stat().st_mtime)[-1]
+    entries = read_batch_map(connection, checkpoint_location=str(last))
+    spark.stop()
+    return {"seconds": seconds, "recordingId": entries[-1].recording_id, "rows": rows}
+
+
+def read_job(config: dict[str, Any]) -> dict[str, Any]:
+    spark = _session(config, "bench-cluster-read")
+    frame = spark.read.format("aeron-archive").options(**config["options"]).load()
+    seconds = []
+    total = 0
+    for _ in range(config["reps"] + 1):  # the first is a warm-up
+        start = time.perf_counter()
+        total = frame.selectExpr("sum(length(value)) AS bytes").collect()[0].bytes
+        seconds.append(time.perf_counter() - start)
+    spark.stop()
+    return {"seconds": seconds[1:], "bytes": total}
+
+
+def _on(topology: Any, host: str, command: str, config: dict[str, Any]) -> dict[str, Any]:
+    argv = [topology.python, "-m", "tests.benchmarks.bench_cluster", command, json.dumps(config)]
+    result = topology.run(host, argv, cwd=str(PROJECT), timeout=1800, env={"PYTHONPATH": str(PROJECT)})
+    if result.returncode != 0:
+        raise RuntimeError(f"{command} on {host} failed:\n{result.stderr[-4000:]}")
+    for line in reversed(result.stdout.splitlines()):
+        if line.startswith('{"result"'):
+            value: dict[str, Any] = json.loads(line)["result"]
+            return value
+    raise RuntimeError(f"{command} on {host}: no result:\n{result.stdout[-2000:]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=200_000, help="1 KiB rows per sink run")
+    parser.add_argument("--batch-rows", type=int, default=50_000)
+    parser.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args(argv)
+
+    from tests.cluster.topology import Topology
+
+    topology = Topology()
+    was_up = topology.service_pid("archive") is not None and topology.service_pid("master") is not None
+    if not was_up:
+        topology.up()
+    try:
+        archive_ip, master = topology.ip("archive"), topology.master_url
+        cluster_sink = {
+            "controlChannel": topology.archive_control_channel,
+            "channel": f"aeron:udp?endpoint={archive_ip}:40700|term-length=16m",
+            "streamId": "9100",
+        }
+        one_host_sink = {
+            "aeronDir": topology.archive_aeron_dir,
+            "controlChannel": topology.archive_control_channel,
+            "sourceLocation": "local",
+            "channel": "aeron:ipc?term-length=16m",
+            "streamId": "9200",
+        }
+        common = {"rows": args.rows, "batchRows": args.batch_rows, "reps": args.reps}
+        cluster = _on(
+            topology,
+            "driver",
+            "sink",
+            {**common, "master": master, "driverIp": topology.ip("driver"), "sinkOptions": cluster_sink, "noop": True},
+        )
+        one_host = _on(
+            topology,
+            "archive",
+            "sink",
+            {**common, "master": "local[2]", "driverIp": archive_ip, "sinkOptions": one_host_sink},
+        )
+        recording = str(cluster["recordingId"])
+        read_cluster = _on(
+            topology,
+            "driver",
+            "read",
+            {
+                "master": master,
+                "driverIp": topology.ip("driver"),
+                "reps": args.reps,
+                "options": {"controlChannel": topology.archive_control_channel, "recordingId": recording},
+            },
+        )
+        read_local = _on(
+            topology,
+            "archive",
+            "read",
+            {
+                "master": "local[2]",
+                "driverIp": archive_ip,
+                "reps": args.reps,
+                "options": {"archiveDir": topology.archive_dir, "recordingId": recording},
+            },
+        )
+    finally:
+        if not was_up:
+            topology.down()
+
+    megabytes = args.rows * VALUE_SIZE / 1e6
+    sink = {
+        "cluster aeron-archive": megabytes / statistics.median(cluster["seconds"]["aeron-archive"]),
+        "cluster no-op": megabytes / statistics.median(cluster["seconds"]["bench-noop"]),
+        "one host aeron-archive": megabytes / statistics.median(one_host["seconds"]["aeron-archive"]),
+    }
+    read_mb = read_cluster["bytes"] / 1e6
+    read = {
+        "cluster replay read": read_mb / statistics.median(read_cluster["seconds"]),
+        "local[2] archiveDir read": read_mb / statistics.median(read_local["seconds"]),
+    }
+    for name, value in {**sink, **read}.items():
+        print(f"  {name:<26} {value:8.1f} MB/s")
+    ratios = {
+        "sink_cluster_vs_one_host": sink["cluster aeron-archive"] / sink["one host aeron-archive"],
+        "sink_cluster_vs_noop": sink["cluster aeron-archive"] / sink["cluster no-op"],
+        "read_cluster_vs_local_archive_dir": read["cluster replay read"] / read["local[2] archiveDir read"],
+    }
+    for name, value in ratios.items():
+        print(f"  ratio {name:<34} {value:.2f}")
+    print(json.dumps({k: round(v, 3) for k, v in {**sink, **read, **ratios}.items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] in ("sink", "read"):
+        job = sink_job if sys.argv[1] == "sink" else read_job
+        print(json.dumps({"result": job(json.loads(sys.argv[2]))}), flush=True)
+    else:
+        sys.exit(main())
