@@ -11,10 +11,10 @@ import json
 import random
 import textwrap
 import uuid
-from typing import Any
 
 import pytest
 
+from tests.cluster.test_connector import result_of
 from tests.cluster.topology import CONNECT_SERVICE, Topology
 
 pytestmark = pytest.mark.cluster
@@ -69,14 +69,6 @@ spark.stop()
 """
 
 
-def _result(stdout: str) -> dict[str, Any]:
-    for line in reversed(stdout.splitlines()):
-        if line.startswith('{"result"'):
-            value: dict[str, Any] = json.loads(line)["result"]
-            return value
-    raise AssertionError(f"no result:\n{stdout[-3000:]}")
-
-
 @pytest.mark.timeout(900)
 def test_a_connect_client_reads_and_writes_both_ways(healthy_cluster: Topology) -> None:
     cluster = healthy_cluster
@@ -101,7 +93,7 @@ def test_a_connect_client_reads_and_writes_both_ways(healthy_cluster: Topology) 
     finally:
         cluster.kill_service(CONNECT_SERVICE)  # its application holds both workers' cores
     assert result.returncode == 0, result.stderr[-5000:]
-    out = _result(result.stdout)
+    out = result_of(result.stdout)
     positions = [p for p, _ in out["read"]]
     assert positions and positions[0] == live["startPosition"]
     assert len(set(positions)) == len(positions)
