@@ -120,7 +120,7 @@ class ImageAvailabilityListener(Protocol):
 
     def on_available_image(self, subscription_ptr: Any, image_ptr: Any) -> None: ...
 
-    def on_unavailable_image(self, image_ptr: Any) -> None: ...
+    def on_unavailable_image(self, subscription_ptr: Any, image_ptr: Any) -> None: ...
 
 
 class CloseCompleteListener(Protocol):
@@ -226,7 +226,7 @@ def _on_unavailable_image_trampoline(clientd: Any, subscription: Any, image: Any
     with _InConductorCallback():
         try:
             native: ImageAvailabilityListener = ffi.from_handle(clientd)
-            native.on_unavailable_image(image)
+            native.on_unavailable_image(subscription, image)
         except Exception:
             logger.exception("on_unavailable_image callback failed")
 

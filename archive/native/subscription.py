@@ -14,6 +14,20 @@ image list, which would leak the log buffer mapping of every image that ever wen
 
 Image availability callbacks run on the C client conductor thread: they retain the image and call the user's
 callback, which should only hand the `Image` over to another thread.
+
+Departed images. When an image goes unavailable the C client takes it out of the subscription's image list and
+keeps it, mapped, until the subscription *acknowledges* the new list: it frees an image only once the
+subscription's consumer has proposed an image-list change number at least the image's removal number, which any
+subscription-wide call that reads the list does (poll, image count, image lookup). Java's client has no such step
+(the garbage collector frees a departed image), so a subscription whose images are polled directly, as the
+archive's recorder polls each recorded image, and which is never polled itself, would keep every departed
+publication's log buffer mapped for the life of the process: the mappings and the deleted files on the driver's
+disk pile up until the kernel's map count limit is reached. So this layer acknowledges the list itself, under the
+subscription's lock (the lock every list reader holds, so no reader is iterating an older list meanwhile): in the
+unavailable-image callback, and again when an `Image` of the subscription releases its reference. Both attempts
+take the lock without waiting (the callback runs on the C conductor thread, which must never block on a thread
+that may itself wait for the conductor); a failed attempt leaves `ack_pending`, honoured by the next lock holder.
+Acknowledging a later list also releases every earlier departed image.
 """
 
 from __future__ import annotations
@@ -83,6 +97,10 @@ class ImageNative(PollingHandle):
         self.subscription.images.pop(id(self), None)
         lib.aeron_image_release(ptr)
 
+    def after_unlock(self) -> None:
+        if self.ptr is None:
+            self.subscription.try_acknowledge_image_list()  # our reference is gone: let the C client free it
+
 
 class SubscriptionNative(PollingHandle):
     """Owns aeron_subscription_t, its fragment assembler and the images retained through it."""
@@ -108,6 +126,7 @@ class SubscriptionNative(PollingHandle):
         self.images_lock = threading.Lock()
         self.images: dict[int, ImageNative] = {}
         self.closed = False
+        self.ack_pending = False
         self.poll_state = PollState()
         self.handle = ffi.new_handle(self)
 
@@ -132,7 +151,10 @@ class SubscriptionNative(PollingHandle):
             image = self._wrap_locked(image_ptr)
         self.user_on_available(image)
 
-    def on_unavailable_image(self, image_ptr: Any) -> None:
+    def on_unavailable_image(self, subscription_ptr: Any, image_ptr: Any) -> None:
+        # The C client has installed the image list without this image: acknowledge it so the image is freed as
+        # soon as the last reference on it goes (see "Departed images" above).
+        self.try_acknowledge_image_list()
         if self.user_on_unavailable is None:
             return
         image: Image | None = None
@@ -154,6 +176,29 @@ class SubscriptionNative(PollingHandle):
     def on_close_complete(self) -> None:
         """The conductor processed our close: no image callback can come any more."""
         self.client.closing.pop(id(self), None)
+
+    # Departed images ----------------------------------------------------------------------------------------------
+
+    def try_acknowledge_image_list(self) -> bool:
+        """Propose the current image list's change number to the C client, if the lock is free right now.
+
+        Never waits: on a busy lock it leaves `ack_pending` for `after_unlock` of whoever holds it. Returns whether
+        the list was acknowledged (or there is nothing left to acknowledge: the subscription is closed).
+        """
+        if not self.lock.acquire(blocking=False):
+            self.ack_pending = True
+            return False
+        try:
+            self.acknowledge_image_list_locked()
+        finally:
+            self.lock.release()
+        return True
+
+    def acknowledge_image_list_locked(self) -> None:
+        """The caller holds `lock`, so no reader of this subscription is walking an older image list."""
+        self.ack_pending = False
+        if self.ptr is not None:
+            get_lib().aeron_subscription_image_count(self.ptr)  # reads the list, proposing its change number
 
     # Images --------------------------------------------------------------------------------------------------------
 
@@ -207,6 +252,8 @@ class SubscriptionNative(PollingHandle):
     def after_unlock(self) -> None:
         if self.closed:
             self.close_images()  # closed (maybe by a poll handler): its images go too, now that no lock is held
+        elif self.ack_pending:
+            self.try_acknowledge_image_list()
 
     def close_images(self) -> None:
         with self.images_lock:

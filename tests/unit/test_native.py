@@ -29,6 +29,7 @@ from aeron_archive_spark.archive.native import (
     AeronClient,
     ControlledAction,
     EmbeddedMediaDriver,
+    ExclusivePublication,
     HeaderValues,
     Image,
     NativeAeronError,
@@ -703,3 +704,36 @@ def test_client_without_driver_fails_fast(tmp_path: os.PathLike[str]) -> None:
 def test_images_are_only_created_by_subscriptions() -> None:
     with pytest.raises(TypeError):
         Image()
+
+
+def _departed_log_buffer_mappings(aeron_dir: str) -> list[str]:
+    """Mappings of this process onto log buffers of `aeron_dir` the driver has already deleted."""
+    with open("/proc/self/maps") as maps:
+        return [line for line in maps if aeron_dir in line and line.rstrip().endswith("(deleted)")]
+
+
+def come_and_go(publication: ExclusivePublication, image: Image) -> None:
+    """One message through `image`, polled directly; then the publication goes and the image is released."""
+    offer_until_accepted(lambda: publication.offer(b"x" * 100))
+    wait_until(lambda: image.block_poll(lambda *_: None, 1 << 16) >= 0 and image.position == publication.position,
+               "the message")
+    publication.close()
+    wait_until(lambda: image.is_closed, "the image to go unavailable")
+    image.close()
+
+
+def test_departed_images_of_a_subscription_never_polled_itself_are_unmapped(
+    client: AeronClient, driver: EmbeddedMediaDriver, stream_id: int
+) -> None:
+    # The archive's recorder polls each image directly and never its subscription: the C client frees a departed
+    # image only once the subscription acknowledges the image list without it, which the native layer must do.
+    channel = "aeron:ipc?term-length=64k"
+    arrived: queue.Queue[Image] = queue.Queue()
+    subscription = client.add_subscription(channel, stream_id, on_available_image=arrived.put)
+    try:
+        for _ in range(20):
+            come_and_go(client.add_exclusive_publication(channel, stream_id), arrived.get(timeout=TIMEOUT_S))
+        wait_until(lambda: not _departed_log_buffer_mappings(driver.aeron_dir),
+                   "no mapping of a deleted log buffer")
+    finally:
+        subscription.close()
