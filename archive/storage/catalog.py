@@ -210,7 +210,25 @@ class SegmentEnd:
     stop_offset: int  # file offset just past the last frame
     last_frame_offset: int  # -1 when the file holds no frame after the scan start
     last_frame_length: int  # aligned length of that frame, 0 when there is none
-    torn: bool  # the last frame straddles a page boundary and could not be shown to be complete
+    torn: bool  # the last frame runs past the end of the file, or straddles a page and could not be shown complete
+    file_limit: int = -1  # min(segmentLength, file size): where the scan had to stop
+    zero_page_offset: int = -1  # offset in the torn frame of its first all-zero page (page-straddle case), or -1
+
+    def torn_detail(self) -> str:
+        """What was found about a torn last frame, for the operator: where it is and how much of it is there."""
+        if not self.torn:
+            return ""
+        present = max(0, self.file_limit - self.last_frame_offset)
+        if self.last_frame_offset + self.last_frame_length > self.file_limit:
+            return (
+                f"the frame at file offset {self.last_frame_offset} is {self.last_frame_length} bytes long (aligned) "
+                f"but the file ends after {present} of them"
+            )
+        return (
+            f"the frame at file offset {self.last_frame_offset} is {self.last_frame_length} bytes long (aligned) "
+            f"and its page at file offset {self.last_frame_offset + self.zero_page_offset} is all zeros, so at "
+            f"most {self.zero_page_offset} of its bytes were written"
+        )
 
     @property
     def straddles_page(self) -> bool:
@@ -262,13 +280,23 @@ def is_valid_last_frame(frame: bytes | bytearray | memoryview, frame_offset: int
         and checksum.compute(frame, HEADER_LENGTH, length - HEADER_LENGTH) == frame_session_id_at(frame, 0)
     ):
         return True
+    return first_zero_page(frame, frame_offset) < 0
+
+
+def first_zero_page(frame: bytes | bytearray | memoryview, frame_offset: int) -> int:
+    """Offset in `frame` of the first page after its page-straddle point that holds only zeros, or -1.
+
+    A page-straddling frame whose later page is all zeros was most likely cut by a crash before that page reached
+    the disk; the offset tells an operator how much of the frame is there.
+    """
+    length = len(frame)
     page = (frame_offset // PAGE_SIZE + 1) * PAGE_SIZE - frame_offset
     while page < length:
         chunk = bytes(frame[page : min(page + PAGE_SIZE, length)])
         if chunk.count(0) == len(chunk):
-            return False
+            return page
         page += PAGE_SIZE
-    return True
+    return -1
 
 
 def find_segment_end(
@@ -294,9 +322,9 @@ def find_segment_end(
         while next_offset < limit:
             want = min(chunk_length, limit - next_offset)
             got = _read_fully(fd, view[:want], next_offset)
-            if got < want:
-                view[got:want] = bytes(want - got)
-            scan = scan_frames(chunk, 0, want, stop_at_padding=False)
+            if got < want:  # the file shrank under us: what is not there is not data
+                limit = next_offset + got
+            scan = scan_frames(chunk, 0, got, stop_at_padding=False)
             if scan.count:
                 last_offset = next_offset + int(scan.offsets[-1])
                 last_length = align(int(scan.lengths[-1]), FRAME_ALIGNMENT)
@@ -313,6 +341,7 @@ def find_segment_end(
         del view
 
         torn = False
+        zero_page = -1
         if last_length > 0 and last_offset + last_length > limit:
             torn = True  # runs past the end of the segment or file: cannot be a complete frame
         elif last_length > 0 and fragment_straddles_page_boundary(last_offset, last_length):
@@ -322,7 +351,9 @@ def find_segment_end(
                 frame = bytearray(last_length)
                 _read_fully(fd, memoryview(frame), last_offset)
                 torn = not is_valid_last_frame(frame, last_offset, checksum)
-        return SegmentEnd(next_offset, last_offset, last_length, torn)
+                if torn:
+                    zero_page = first_zero_page(frame, last_offset)
+        return SegmentEnd(next_offset, last_offset, last_length, torn, limit, zero_page)
     finally:
         os.close(fd)
 
@@ -344,10 +375,12 @@ def compute_stop_position(
     return max(segment.base_position + end.stop_offset, start_position), end
 
 
-def torn_write_message(path: str, recording_id: int, position: int, archive_dir: str) -> str:
+def torn_write_message(path: str, recording_id: int, position: int, archive_dir: str, detail: str = "") -> str:
+    """Aeron's startup error for a torn last frame (its wording kept), with what was found when known."""
+    found = f": {detail}" if detail else ""
     return (
         f"Found potentially incomplete last fragment straddling page boundary in file: {path} "
-        f"(recordingId={recording_id}, position={position}). "
+        f"(recordingId={recording_id}, position={position}{found}). "
         f"Run `aeron-archive verify --dir {archive_dir} --fix` to truncate it"
     )
 
@@ -528,7 +561,11 @@ class Catalog:
             if end is not None and end.torn and segment is not None:
                 raise ArchiveError(
                     torn_write_message(
-                        segment.path, recording_id, segment.base_position + end.last_frame_offset, self._archive_dir
+                        segment.path,
+                        recording_id,
+                        segment.base_position + end.last_frame_offset,
+                        self._archive_dir,
+                        end.torn_detail(),
                     )
                 )
             _I64.pack_into(mm, body + STOP_TIMESTAMP_OFFSET, self._clock_ms())

@@ -107,7 +107,12 @@ class RecordingReader:
 
         The read stops at the end of the term, at `len(buffer)` and at the limit: `limit_position` when given (a
         live recording's rec-pos, a bounded replay's counter), else the reader's `stop_position`; with neither it
-        is bounded by the term alone. Bytes past the end of a shorter-than-segment file read as zeros.
+        is bounded by the term alone.
+
+        It also stops at the end of the segment file, returning fewer bytes than those limits allow (0 at or past it):
+        segment files are created at their full length, so a shorter one was cut, and its missing bytes are not
+        data. They are never made up as zeros, which would turn a torn last frame into a message with a zeroed
+        tail. A caller that needs whole frames treats a frame running past the count it got as torn.
         """
         self._check_position(position)
         limit = self.stop_position if limit_position is None else limit_position
@@ -134,14 +139,12 @@ class RecordingReader:
             raise ArchiveError(
                 f"failed to read recording {self._recording_id} at position={position}: {ex.strerror or ex}"
             ) from ex
-        if done < length:
-            view[done:length] = bytes(length - done)
         elapsed = self._clock_ns() - start_ns
-        self.total_read_bytes += length
+        self.total_read_bytes += done
         self.total_read_time_ns += elapsed
         if elapsed > self.max_read_time_ns:
             self.max_read_time_ns = elapsed
-        return length
+        return done
 
     def validate_frame_at(self, position: int, stop_position: int | None = None) -> None:
         """Check a replay start position points at a frame header (ReplaySession INIT, step 3).
@@ -177,7 +180,9 @@ class RecordingReader:
 
         Each chunk stays inside one term and holds only complete frames, except that a PAD frame may be cut short
         after its header (its length still tells the consumer it runs to the end of the term; the next chunk
-        starts there). With `reuse_buffer` a chunk is only valid until the next one is produced.
+        starts there). With `reuse_buffer` a chunk is only valid until the next one is produced. A segment file
+        that ends before `to_position` (cut, or torn in its last frame) raises ArchiveError naming the recording,
+        the position and the file, after the chunks of the complete frames before it.
         """
         position = self._start_position if from_position is None else from_position
         end = self.stop_position if to_position is None else to_position
@@ -188,7 +193,11 @@ class RecordingReader:
         shared = bytearray(chunk_length) if reuse_buffer else None
         while position < end:
             buffer = shared if shared is not None else bytearray(min(chunk_length, end - position))
+            wanted = min(chunk_length, len(buffer), self._term_length - (position & (self._term_length - 1)))
+            wanted = min(wanted, end - position)
             n = self.read_into(buffer, position, chunk_length, end)
+            if n == 0:
+                raise self._file_ends(position, end)
             view = memoryview(buffer)[:n]
             scan = scan_frames(view, 0, n)
             if scan.stop_reason is ScanStop.END:
@@ -201,6 +210,8 @@ class RecordingReader:
             elif scan.stop_reason is ScanStop.INCOMPLETE and scan.stop_offset > 0:
                 consumed = scan.stop_offset
                 yield position, view[:consumed]
+            elif scan.stop_reason is ScanStop.INCOMPLETE and n < wanted:
+                raise self._file_ends(position, end, scan.stop_frame_length, n)
             elif scan.stop_reason is ScanStop.INCOMPLETE:
                 needed = align(scan.stop_frame_length, FRAME_ALIGNMENT)
                 if position + needed > end:
@@ -215,6 +226,24 @@ class RecordingReader:
                     f"recordingId={self._recording_id}"
                 )
             position = min(end, position + consumed)
+
+    def _file_ends(self, position: int, end: int, frame_length: int = 0, present: int = 0) -> ArchiveError:
+        """The error for a segment file that ends before the data the recording says it holds."""
+        path = self.segment_file_path(position)
+        try:
+            size = f"{os.path.getsize(path)} bytes"
+        except OSError:
+            size = "size unknown"
+        if frame_length > 0:
+            what = (
+                f"frame at position={position} with frameLength={frame_length} is torn: only {present} of its "
+                f"{align(frame_length, FRAME_ALIGNMENT)} bytes are in segment file {path} ({size})"
+            )
+        elif present > 0:
+            what = f"frame at position={position} is torn: only {present} bytes of its header are in {path} ({size})"
+        else:
+            what = f"segment file {path} ({size}) ends at position={position}"
+        return ArchiveError(f"{what}, before position={end}, recordingId={self._recording_id}")
 
     def close(self) -> None:
         self._closed = True

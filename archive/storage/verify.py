@@ -3,9 +3,13 @@
 `verify_recording` walks every frame from the start position to the stop position (or, for a recording a crash
 left active, to the last frame written) and reports problems by stream position: missing segment files, zero
 length gaps before the stop position, frames whose header does not match their position (termOffset, termId,
-streamId), frames running past their term, record-checksum mismatches and a torn last frame. With `fix=True` the
-recording is cut back to the first problem: the segment file holding it is truncated there and re-extended to its
-full length (as truncate does), later segment files are deleted, and the catalog stop position is updated.
+streamId), frames running past their term, PAD frames that do not end their term (a DATA frame whose type was
+hit), record-checksum mismatches, segment files that end before the data they should hold, and torn frames: a frame
+running past the end of its segment file (wherever it lies: segment files are created at their full length, so a
+short one was cut) or, for a crashed recording, a page-straddling last frame with an all-zero page. With `fix=True`
+the recording is cut back to the first problem, keeping exactly the good frames before it: the segment file holding
+it is truncated there and re-extended to its full length (as truncate does), later segment files are deleted, and
+the catalog stop position is updated. Nothing is written unless a fix is asked for and needed.
 
 This is the tool the archive's startup error about a torn last fragment points at
 (`aeron-archive verify --dir DIR --fix`). Run it only while no archive has the directory open.
@@ -22,11 +26,14 @@ from enum import StrEnum
 
 import numpy as np
 
-from aeron_archive_spark.archive.constants import NULL_POSITION
+from aeron_archive_spark.archive.constants import CATALOG_FILE_NAME, NULL_POSITION
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
+from aeron_archive_spark.archive.exceptions import ArchiveError
 from aeron_archive_spark.archive.storage.catalog import (
     MIN_CAPACITY,
     Catalog,
+    catalog_path,
+    first_zero_page,
     fragment_straddles_page_boundary,
     is_valid_last_frame,
 )
@@ -42,6 +49,7 @@ from aeron_archive_spark.archive.storage.frames import (
     ScanStop,
     align,
     compute_term_id_from_position,
+    frame_length_at,
     frame_type_at,
     position_bits_to_shift,
     scan_frames,
@@ -66,6 +74,8 @@ class IssueKind(StrEnum):
     FRAME_OVERRUN = "frame_overrun"
     CHECKSUM_MISMATCH = "checksum_mismatch"
     TORN_LAST_FRAME = "torn_last_frame"
+    TRUNCATED_SEGMENT = "truncated_segment"
+    INVALID_PADDING = "invalid_padding"
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +142,7 @@ def verify_recording(
 
     _walk(directory, descriptor, checksum, result)
     if fix:
-        _fix(directory, descriptor, result, catalog, clock_ms or (lambda: time.time_ns() // 1_000_000))
+        _fix(directory, descriptor, result, catalog, clock_ms or _now_ms)
     level = logging.INFO if result.ok else logging.WARNING
     log.log(level, "%s", result.summary())
     return result
@@ -141,18 +151,47 @@ def verify_recording(
 def verify_archive(
     archive_dir: str | os.PathLike[str], fix: bool = False, checksum: Checksum | None = None
 ) -> list[VerifyResult]:
-    """Verify every VALID recording of the archive's catalog (opened without crash recovery)."""
-    catalog = Catalog(archive_dir, writable=fix, capacity=MIN_CAPACITY, recover=False)
-    try:
-        return [
-            verify_recording(archive_dir, d, checksum, fix=fix, catalog=catalog if fix else None)
-            for d in list(catalog.descriptors())
-        ]
-    finally:
-        catalog.close()
+    """Verify every VALID recording of the archive's catalog (opened without crash recovery).
+
+    The catalog is read through a read-only mapping; only when `fix` is set and a recording needs fixing is it
+    opened for writing, so verifying never creates, grows or touches a file it does not repair. A directory
+    without a catalog is an error: verify must not turn a mistyped path into a new, empty archive.
+    """
+    directory = os.fspath(archive_dir)
+    if not os.path.isdir(directory):
+        raise ArchiveError(f"archive directory not found: {directory}")
+    if not os.path.isfile(catalog_path(directory)):
+        raise ArchiveError(f"no {CATALOG_FILE_NAME} in archive directory {directory}: nothing to verify")
+    with Catalog(directory, writable=False) as catalog:
+        descriptors = list(catalog.descriptors())
+    results = [verify_recording(directory, d, checksum) for d in descriptors]
+    pending = [(d, r) for d, r in zip(descriptors, results, strict=True) if _needs_fix(d, r)]
+    if fix and pending:
+        clock_ms = _now_ms
+        with Catalog(directory, writable=True, capacity=MIN_CAPACITY, recover=False) as writable:
+            for d, r in pending:
+                _fix(directory, d, r, writable, clock_ms)
+    return results
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _needs_fix(d: RecordingDescriptor, result: VerifyResult) -> bool:
+    """Whether `_fix` would change anything: a problem to cut back to, or a crashed recording to close off."""
+    if any(i.kind is IssueKind.INVALID_POSITIONS for i in result.issues):
+        return False
+    return bool(result.issues) or d.stop_position == NULL_POSITION
 
 
 def _walk(directory: str, d: RecordingDescriptor, checksum: Checksum | None, result: VerifyResult) -> None:
+    """Walk the frames from the start position; record the first structural problem and where the good data ends.
+
+    Only bytes that are in the segment file count: a segment file is created at its full length, so one that ends
+    before the data it should hold was cut, and a frame running past its end is torn wherever it lies (a zero
+    frame length in a full-length file is simply the end of the data, as Java Aeron leaves it).
+    """
     start, stop = d.start_position, d.stop_position
     active = stop == NULL_POSITION
     term_length = d.term_buffer_length
@@ -166,6 +205,9 @@ def _walk(directory: str, d: RecordingDescriptor, checksum: Checksum | None, res
     last_frame_length = 0
     fd = -1
     fd_base = NULL_POSITION
+    file_name = ""
+    file_size = 0
+    file_end = NULL_POSITION  # stream position just past the last byte the open segment file holds
     try:
         while active or position < stop:
             base = segment_file_base_position(start, position, term_length, segment_length)
@@ -183,17 +225,19 @@ def _walk(directory: str, d: RecordingDescriptor, checksum: Checksum | None, res
                     break
                 fd = os.open(segment.path, os.O_RDONLY)
                 fd_base = base
+                file_name = segment.name
+                file_size = os.fstat(fd).st_size
+                file_end = base + min(file_size, segment_length)
 
             term_remaining = term_length - (position & (term_length - 1))
             want = min(len(buffer), term_remaining)
             if not active:
                 want = min(want, stop - position)
-            got = os.preadv(fd, [memoryview(buffer)[:want]], position - base)
-            if got < want:
-                buffer[max(got, 0) : want] = bytes(want - max(got, 0))
+            got = _read_fully(fd, memoryview(buffer)[:want], position - base)
 
-            scan = scan_frames(buffer, 0, want, stop_at_padding=False)
+            scan = scan_frames(buffer, 0, got, stop_at_padding=False)
             good = _check_headers(scan, position, shift, d, result)
+            good = _check_padding(scan, good, position, term_remaining, d, result)
             if checksum is not None:
                 _check_checksums(buffer, scan, good, checksum, position, result)
             if good:
@@ -206,8 +250,23 @@ def _walk(directory: str, d: RecordingDescriptor, checksum: Checksum | None, res
             position += scan.stop_offset
 
             if scan.stop_reason is ScanStop.END:
-                continue
-            if scan.stop_reason is ScanStop.ZERO_LENGTH:
+                if got == want:
+                    continue
+                # The file ends on a frame boundary: the end of the data, unless the catalog says there is more.
+                if not active:
+                    result.issues.append(
+                        VerifyIssue(
+                            position,
+                            IssueKind.TRUNCATED_SEGMENT,
+                            f"segment file {file_name} ends at position={file_end} ({file_size} bytes), before "
+                            f"stopPosition={stop}, recordingId={d.recording_id}",
+                        )
+                    )
+                break
+            present = got - scan.stop_offset
+            if scan.stop_reason is ScanStop.ZERO_LENGTH or (
+                scan.stop_frame_length <= 0 and not any(buffer[scan.stop_offset : got])
+            ):
                 if not active:
                     result.issues.append(
                         VerifyIssue(
@@ -217,7 +276,19 @@ def _walk(directory: str, d: RecordingDescriptor, checksum: Checksum | None, res
                 break
             # INCOMPLETE: the frame at `position` does not fit in what was read.
             frame_length = scan.stop_frame_length
+            if frame_length <= 0:  # fewer than 4 bytes of it are left before the end of the file
+                result.issues.append(
+                    VerifyIssue(
+                        position,
+                        IssueKind.TORN_LAST_FRAME,
+                        f"frame at position={position} is cut by the end of segment file {file_name} "
+                        f"({file_size} bytes): only {present} bytes of its header are present, "
+                        f"recordingId={d.recording_id}",
+                    )
+                )
+                break
             aligned = align(frame_length, FRAME_ALIGNMENT)
+            is_pad = present >= HEADER_LENGTH and frame_type_at(buffer, scan.stop_offset) == HDR_TYPE_PAD
             if aligned > term_remaining - scan.stop_offset:
                 result.issues.append(
                     VerifyIssue(
@@ -236,18 +307,32 @@ def _walk(directory: str, d: RecordingDescriptor, checksum: Checksum | None, res
                     )
                 )
                 break
-            if frame_type_at(buffer, scan.stop_offset) == HDR_TYPE_PAD:
-                # Only a PAD's header is on disk and it runs to the end of the term: check the header, skip the rest.
-                if not _check_header_at(buffer, scan.stop_offset, position, shift, d, result):
-                    break
-                result.frame_count += 1
-                last_frame_position, last_frame_length = position, aligned
-                position += aligned
-            elif aligned > MAX_MESSAGE_LENGTH:
+            if not is_pad and aligned > MAX_MESSAGE_LENGTH:
                 result.issues.append(
                     VerifyIssue(position, IssueKind.FRAME_OVERRUN, f"implausible frame length {frame_length}")
                 )
                 break
+            if position + aligned > file_end or got < want:
+                available = present if got < want else max(file_end - position, 0)
+                result.issues.append(
+                    VerifyIssue(
+                        position,
+                        IssueKind.TORN_LAST_FRAME,
+                        f"frame at position={position} with frameLength={frame_length} runs past the end of "
+                        f"segment file {file_name} ({file_size} bytes, ending at position={file_end}): only "
+                        f"{available} of its {aligned} bytes are present, recordingId={d.recording_id}",
+                    )
+                )
+                break
+            if is_pad:
+                # Only a PAD's header is on disk and it runs to the end of the term: check the header, skip the rest.
+                if not _check_header_at(buffer, scan.stop_offset, position, shift, d, result):
+                    break
+                if not _pad_ends_term(position, frame_length, term_remaining - scan.stop_offset, d, result):
+                    break
+                result.frame_count += 1
+                last_frame_position, last_frame_length = position, aligned
+                position += aligned
             elif aligned > len(buffer):
                 buffer = bytearray(aligned)  # a DATA frame bigger than the chunk: read it whole next time round
     finally:
@@ -257,6 +342,60 @@ def _walk(directory: str, d: RecordingDescriptor, checksum: Checksum | None, res
     result.end_position = position
     if active and not result.issues and last_frame_length > 0:
         _check_torn_last_frame(directory, d, checksum, last_frame_position, last_frame_length, result)
+
+
+def _read_fully(fd: int, view: memoryview, offset: int) -> int:
+    """Read until `view` is full or the file ends; returns the byte count (what is not read is not data)."""
+    done = 0
+    while done < len(view):
+        n = os.preadv(fd, [view[done:]], offset + done)
+        if n <= 0:
+            break
+        done += n
+    return done
+
+
+def _check_padding(
+    scan: FrameScan, good: int, position: int, term_remaining: int, d: RecordingDescriptor, result: VerifyResult
+) -> int:
+    """Number of leading frames among the first `good` before a PAD frame that does not end its term.
+
+    The recorder only ever stores a PAD that fills the rest of a term (`TermAppender` pads to the term end), so a
+    PAD anywhere else is a damaged frame, most likely a DATA frame whose type field was hit: replaying it would
+    silently drop that message.
+    """
+    if good == 0:
+        return 0
+    types = scan.types[:good]
+    pads = types == HDR_TYPE_PAD
+    if not pads.any():
+        return good
+    ends = scan.offsets[:good] + ((scan.lengths[:good].astype(np.int64) + FRAME_ALIGNMENT - 1) & -FRAME_ALIGNMENT)
+    bad = pads & (ends != term_remaining)
+    if not bad.any():
+        return good
+    i = int(np.argmax(bad))
+    offset = int(scan.offsets[i])
+    _pad_ends_term(position + offset, int(scan.lengths[i]), term_remaining - offset, d, result)
+    return i
+
+
+def _pad_ends_term(
+    position: int, pad_length: int, term_remaining: int, d: RecordingDescriptor, result: VerifyResult
+) -> bool:
+    """Whether the PAD frame at `position` runs exactly to the end of its term; records an issue if not."""
+    if align(pad_length, FRAME_ALIGNMENT) == term_remaining:
+        return True
+    result.issues.append(
+        VerifyIssue(
+            position,
+            IssueKind.INVALID_PADDING,
+            f"PAD frame at position={position} of length={pad_length} ends at position="
+            f"{position + align(pad_length, FRAME_ALIGNMENT)}, not at its term end position="
+            f"{position + term_remaining}, recordingId={d.recording_id}",
+        )
+    )
+    return False
 
 
 def _check_headers(scan: FrameScan, position: int, shift: int, d: RecordingDescriptor, result: VerifyResult) -> int:
@@ -347,26 +486,37 @@ def _check_torn_last_frame(
     frame_length: int,
     result: VerifyResult,
 ) -> None:
+    """Crash recovery's test of a page-straddling last frame in a full-length file (`Catalog.isValidFragment`)."""
     base = segment_file_base_position(d.start_position, frame_position, d.term_buffer_length, d.segment_file_length)
     file_offset = frame_position - base
     if not fragment_straddles_page_boundary(file_offset, frame_length):
         return
-    fd = os.open(os.path.join(directory, segment_file_name(d.recording_id, base)), os.O_RDONLY)
+    name = segment_file_name(d.recording_id, base)
+    fd = os.open(os.path.join(directory, name), os.O_RDONLY)
     try:
-        if frame_type_at(os.pread(fd, HEADER_LENGTH, file_offset), 0) == HDR_TYPE_PAD:
+        header = os.pread(fd, HEADER_LENGTH, file_offset)
+        if frame_type_at(header, 0) == HDR_TYPE_PAD:
             return  # only a PAD's header is ever written: nothing more to check
         frame = bytearray(frame_length)
-        os.preadv(fd, [frame], file_offset)
+        got = _read_fully(fd, memoryview(frame), file_offset)
     finally:
         os.close(fd)
-    if not is_valid_last_frame(frame, file_offset, checksum):
-        result.issues.append(
-            VerifyIssue(
-                frame_position,
-                IssueKind.TORN_LAST_FRAME,
-                f"last fragment of {frame_length} bytes straddles a page boundary and looks incompletely written",
-            )
+    if got == frame_length and is_valid_last_frame(frame, file_offset, checksum):
+        return
+    zero_page = first_zero_page(frame[:got], file_offset)
+    if zero_page >= 0:
+        present, found = zero_page, f"the page at position={frame_position + zero_page} is all zeros"
+    else:
+        present, found = got, "the segment file ends inside it"
+    result.issues.append(
+        VerifyIssue(
+            frame_position,
+            IssueKind.TORN_LAST_FRAME,
+            f"last frame at position={frame_position} with frameLength={frame_length_at(header, 0)} straddles a "
+            f"page boundary and looks incompletely written: {found}, so at most {present} of its {frame_length} "
+            f"bytes are present (segment file {name}, offset {file_offset}), recordingId={d.recording_id}",
         )
+    )
 
 
 def _fix(
@@ -376,7 +526,7 @@ def _fix(
     catalog: Catalog | None,
     clock_ms: Callable[[], int],
 ) -> None:
-    if any(i.kind is IssueKind.INVALID_POSITIONS for i in result.issues):
+    if not _needs_fix(d, result):
         return
     active = d.stop_position == NULL_POSITION
     cut = result.first_issue_position
