@@ -9,6 +9,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
+from aeron_archive_spark.archive.server.rate_limited_log import RateLimitedLog
 from aeron_archive_spark.archive.server.session import Session
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,8 @@ class Agent(ABC):
         self._running = threading.Event()
         self._thread: threading.Thread | None = None
         self.max_cycle_time_ns = 0
+        # A failure that repeats every duty cycle would otherwise write a traceback thousands of times a second.
+        self._fault_log = RateLimitedLog(log)
 
     @abstractmethod
     def do_work(self, now_ns: int) -> int:
@@ -82,10 +85,12 @@ class Agent(ABC):
                 try:
                     work = self.do_work(now_ns)
                 except Exception as ex:  # an agent must survive a failing session
-                    log.exception("%s: error in duty cycle", self.name)
+                    self._fault_log.error("error in duty cycle", "%s: error in duty cycle", self.name, exc_info=ex)
                     self._error_handler(ex)
                     work = 1
                 self.max_cycle_time_ns = max(self.max_cycle_time_ns, clock() - now_ns)
+                if self._fault_log.pending:
+                    self._fault_log.flush()
                 self._idle.idle(work)
         finally:
             try:

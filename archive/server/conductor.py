@@ -43,7 +43,8 @@ from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
 from aeron_archive_spark.archive.server.agent import Agent, SessionWorker
 from aeron_archive_spark.archive.server.conductor_port import ControlClient
 from aeron_archive_spark.archive.server.control_session import ControlSession
-from aeron_archive_spark.archive.server.control_session_adapter import ControlSessionAdapter
+from aeron_archive_spark.archive.server.control_session import fault_log as control_session_fault_log
+from aeron_archive_spark.archive.server.control_session_adapter import KIND_MALFORMED, ControlSessionAdapter
 from aeron_archive_spark.archive.server.counters import ArchiveCounters, WorkerTotals
 from aeron_archive_spark.archive.server.delete_segments_session import DeleteSegmentsSession
 from aeron_archive_spark.archive.server.list_recording_subscriptions_session import (
@@ -51,6 +52,7 @@ from aeron_archive_spark.archive.server.list_recording_subscriptions_session imp
     SubscriptionDescriptor,
 )
 from aeron_archive_spark.archive.server.list_recordings_session import ListRecordingsSession, uri_filter
+from aeron_archive_spark.archive.server.rate_limited_log import DEFAULT_INTERVAL_NS, RateLimitedLog
 from aeron_archive_spark.archive.server.recording_events_proxy import RecordingEventsProxy
 from aeron_archive_spark.archive.server.recording_session import RecordingSession
 from aeron_archive_spark.archive.server.replay_session import LimitCounter, ReplaySession
@@ -103,6 +105,9 @@ class ArchiveConductor(Agent):
         self.archive_id = archive_id
         self.counters = ArchiveCounters(aeron, archive_id)
         self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        # Faults a peer can repeat at will are logged at most once a second per kind, with periodic counts.
+        self._request_faults = RateLimitedLog(log, clock=ctx.nano_clock)
+        self._next_fault_flush_ns = 0
         self._now_ns = ctx.nano_clock()  # this duty cycle's time, for sessions created by its requests
         self._control_sessions: dict[int, ControlSession] = {}
         self._next_control_session_id = random.randint(1, 1 << 30)
@@ -144,9 +149,16 @@ class ArchiveConductor(Agent):
         except Exception:
             log.exception("failed to count error")
 
-    def on_protocol_error(self, message: str) -> None:
-        log.warning("%s", message)
-        self._on_agent_error(ArchiveError(message))
+    def on_protocol_error(self, message: str, kind: str = KIND_MALFORMED, error: BaseException | None = None) -> None:
+        """Count a malformed, misdirected or failing control request; log it rate-limited per kind.
+
+        A traceback is attached (to the lines written) only for unexpected exceptions, not for refusals the
+        archive raises on purpose.
+        """
+        self._request_faults.warning(
+            kind, "%s", message, exc_info=error if error is not None and not isinstance(error, ArchiveError) else None
+        )
+        self._on_agent_error(error if error is not None else ArchiveError(message))
 
     def enqueue(self, task: Callable[[], None]) -> None:
         """Run `task` on the conductor thread (image callbacks, recorder/replayer hand-backs)."""
@@ -193,7 +205,7 @@ class ArchiveConductor(Agent):
             self._close_control_session(session)
         if self._listings:
             for listing in list(self._listings):
-                work += listing.do_work(now_ns)
+                work += self._listing_work(listing, now_ns)
                 if listing.is_done():
                     self._listings.remove(listing)
                     owner = self._control_sessions.get(listing.owner_id)
@@ -201,6 +213,10 @@ class ArchiveConductor(Agent):
                         owner.active_listing = None
         for delete in list(self._delete_sessions.values()):
             work += delete.do_work(now_ns)
+        if now_ns >= self._next_fault_flush_ns:
+            self._next_fault_flush_ns = now_ns + DEFAULT_INTERVAL_NS
+            self._request_faults.flush()
+            control_session_fault_log.flush()
         if work:
             self.counters.publish_recorder(self.recorder_totals)
             self.counters.publish_replayer(self.replayer_totals)
@@ -208,6 +224,17 @@ class ArchiveConductor(Agent):
             self.counters.max_cycle_time["recorder"].set(self.recorder.max_cycle_time_ns)
             self.counters.max_cycle_time["replayer"].set(self.replayer.max_cycle_time_ns)
         return work
+
+    def _listing_work(self, listing: Listing, now_ns: int) -> int:
+        """One listing's duty cycle; a listing that raises ends with an error to its client (once), else it
+        would raise again every cycle and its client would wait for the rest of the listing forever."""
+        try:
+            return listing.do_work(now_ns)
+        except Exception as ex:
+            listing.abort(f"failed: {ex}")
+            self.on_protocol_error(f"listing {listing.session_id} failed: {ex}", "listing failed", ex)
+            self._send_error(listing.owner_id, listing.session_id, ErrorCode.GENERIC, f"listing failed: {ex}")
+            return 1
 
     # -- control sessions ----------------------------------------------------------------------------------
     def new_control_session(
@@ -239,10 +266,18 @@ class ArchiveConductor(Agent):
             now_ns=self._now_ns,
             epoch_clock=self.ctx.epoch_clock,
         )
+        try:
+            session.counter = self.counters.add_control_session_counter(
+                control_session_id, client_info, image_session_id
+            )
+        except Exception as ex:  # the counter only describes the session: connect without it rather than fail
+            self.on_protocol_error(
+                f"control session {control_session_id}: cannot add its counter: {ex}", "control session counter", ex
+            )
         self._control_sessions[control_session_id] = session
         self.counters.control_sessions.set(len(self._control_sessions))
-        session.counter = self.counters.add_control_session_counter(control_session_id, client_info, image_session_id)
-        log.info(
+        self._request_faults.info(
+            "control session connect",
             "control session %d: connect from %s (response %s stream %d)",
             control_session_id,
             client_info or "client",
@@ -267,7 +302,9 @@ class ArchiveConductor(Agent):
             session.counter = None
         self._control_sessions.pop(session.control_session_id, None)
         self.counters.control_sessions.set(len(self._control_sessions))
-        log.info("control session %d closed: %s", session.control_session_id, session.abort_reason)
+        self._request_faults.info(
+            "control session closed", "control session %d closed: %s", session.control_session_id, session.abort_reason
+        )
 
     def _signal(
         self,
@@ -634,6 +671,11 @@ class ArchiveConductor(Agent):
     ) -> None:
         if session.active_listing is not None:
             raise ArchiveError("active listing already in progress", ErrorCode.ACTIVE_LISTING)
+        if pseudo_index < 0 or pseudo_index >= len(self._subscriptions) or count <= 0:
+            # Java's answer to an index outside the subscriptions or a count that asks for nothing; without it a
+            # count <= 0 got no response at all.
+            session.send_response_code(correlation_id, 0, ControlResponseCode.SUBSCRIPTION_UNKNOWN)
+            return
         snapshot = [
             SubscriptionDescriptor(e.subscription_id, e.stream_id, e.stripped_channel)
             for e in self._subscriptions.values()
@@ -731,7 +773,7 @@ class ArchiveConductor(Agent):
         reader = self.aeron.counters_reader
         limit: LimitCounter | None = None
         if limit_counter_id is not None and limit_counter_id >= 0:
-            if reader.state(limit_counter_id) != COUNTER_RECORD_ALLOCATED:
+            if limit_counter_id > reader.max_counter_id or reader.state(limit_counter_id) != COUNTER_RECORD_ALLOCATED:
                 raise ArchiveError(
                     f"limit counter id {limit_counter_id} is not an allocated counter (recordingId={recording_id})",
                     ErrorCode.GENERIC,

@@ -15,6 +15,24 @@ from aeron_archive_spark.archive.constants import PROTOCOL_SEMANTIC_VERSION, Con
 
 _DESCRIPTOR_HEAD = struct.Struct("<HHHHqq")
 RECORDING_DESCRIPTOR_BLOCK_LENGTH = 80
+# Longest error text sent: well inside the smallest response term's max message length (64 KiB / 8), so an
+# error quoting a huge request field can always be offered.
+MAX_ERROR_MESSAGE_LENGTH = 2048
+_ELLIPSIS = "..."
+
+
+def ascii_text(text: str, max_length: int | None = None) -> str:
+    """`text` as the schema's US-ASCII varchar can carry it: other characters become '?' (as Java's
+    `putStringWithoutLengthAscii` writes them), and at most `max_length` characters, the cut marked by "...".
+
+    Error messages quote what the client sent, which may hold any byte; an encoder that refused them would leave
+    the request unanswered.
+    """
+    if not text.isascii():
+        text = text.encode("ascii", "replace").decode("ascii")
+    if max_length is not None and len(text) > max_length:
+        text = text[: max(0, max_length - len(_ELLIPSIS))] + _ELLIPSIS
+    return text
 
 
 class ControlResponseProxy:
@@ -38,7 +56,7 @@ class ControlResponseProxy:
             relevant_id=relevant_id,
             code=int(code),
             version=PROTOCOL_SEMANTIC_VERSION,
-            error_message=error_message,
+            error_message=ascii_text(error_message, MAX_ERROR_MESSAGE_LENGTH),
         )
 
     def recording_descriptor(self, control_session_id: int, correlation_id: int, catalog_bytes: bytes) -> bytes:
@@ -83,7 +101,7 @@ class ControlResponseProxy:
             correlation_id=correlation_id,
             subscription_id=subscription_id,
             stream_id=stream_id,
-            stripped_channel=stripped_channel,
+            stripped_channel=ascii_text(stripped_channel),
         )
 
     def challenge(self, control_session_id: int, correlation_id: int, encoded_challenge: bytes) -> bytes:

@@ -8,6 +8,12 @@ Requests arrive already decoded, one typed `on_*` method per request template (A
 and go to the conductor through `ConductorPort`, never through the conductor class itself. Time comes in through
 `do_work(now_ns)`; between duty cycles (a request, a response sent from a conductor task) the session uses the
 time of its last cycle, as Aeron's cached clocks do.
+
+Every well-formed request gets exactly one answer: a refusal the conductor raises (`ArchiveError`, a bad
+channel) becomes an error response here, and any other failure is turned into a GENERIC error naming the
+request by `fail_request`, which the adapter calls (as Java's conductor answers `ex.getMessage()`); the session
+remembers whether the request in hand was already answered so a failure after the answer is not answered twice.
+What a client can repeat at will (refused requests, requests in the wrong state) is logged rate-limited.
 """
 
 from __future__ import annotations
@@ -32,12 +38,15 @@ from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
 from aeron_archive_spark.archive.server.authenticator import AuthDecision, Authenticator, AuthResult
 from aeron_archive_spark.archive.server.conductor_port import ConductorPort, ResponsePublication
 from aeron_archive_spark.archive.server.control_response_proxy import ControlResponseProxy
+from aeron_archive_spark.archive.server.rate_limited_log import RateLimitedLog
 from aeron_archive_spark.archive.server.session import Session
 
 if TYPE_CHECKING:
     from aeron_archive_spark.archive.native import Counter
 
 log = logging.getLogger(__name__)
+# Lines a client can cause at will (errors it provokes, requests in the wrong state, bad response channels).
+fault_log = RateLimitedLog(log)
 
 
 class ControlSessionState(Enum):
@@ -110,6 +119,9 @@ class ControlSession:
         self.active_listing: Session | None = None
         self.counter: Counter | None = None  # the per-client `control-session` counter (type 113), conductor-owned
         self.abort_reason = ""
+        # The request being handled (`begin_request`) and whether a ControlResponse has answered it yet.
+        self._request_correlation_id: int | None = None
+        self._request_answered = False
 
     # -- lifecycle -----------------------------------------------------------------------------------------
     @property
@@ -127,7 +139,9 @@ class ControlSession:
     def abort(self, reason: str = "") -> None:
         if self.state is not ControlSessionState.DONE:
             self.abort_reason = reason or "aborted"
-            log.info("control session %d aborted: %s", self.control_session_id, self.abort_reason)
+            fault_log.info(
+                "control session aborted", "control session %d aborted: %s", self.control_session_id, self.abort_reason
+            )
             self._set_state(ControlSessionState.DONE)
 
     def close(self) -> None:
@@ -190,7 +204,8 @@ class ControlSession:
             channel = response_channel_for(self.response_channel)
             self.publication = self._conductor.add_response_publication(channel, self.response_stream_id)
         except Exception as ex:  # a bad client channel ends this session, never the conductor
-            log.warning(
+            fault_log.warning(
+                "cannot add response publication",
                 "control session %d: cannot add response publication %s stream %d: %s",
                 self.control_session_id,
                 self.response_channel,
@@ -281,9 +296,21 @@ class ControlSession:
 
     # -- sending ---------------------------------------------------------------------------------------------
     def _try_offer(self, message: bytes) -> bool:
+        """True once `message` is gone: offered, or refused for good by the publication (then dropped and logged,
+        since offering it again would fail the same way and hold up every later response)."""
         if self.publication is None:
             return False
-        result = self.publication.offer(message)
+        try:
+            result = self.publication.offer(message)
+        except Exception as ex:
+            fault_log.warning(
+                "response cannot be sent",
+                "control session %d: response of %d bytes dropped, the publication refuses it: %s",
+                self.control_session_id,
+                len(message),
+                ex,
+            )
+            return True
         if result > 0:
             self._last_sent_ns = self._now_ns
             return True
@@ -300,13 +327,20 @@ class ControlSession:
         if self._pending or not self._try_offer(message):
             self._pending.append(message)
 
+    def _answering(self, correlation_id: int) -> None:
+        if correlation_id == self._request_correlation_id:
+            self._request_answered = True
+
     def send_ok(self, correlation_id: int, relevant_id: int = 0) -> None:
+        self._answering(correlation_id)
         self.send(
             self._proxy.control_response(self.control_session_id, correlation_id, relevant_id, ControlResponseCode.OK)
         )
 
     def send_error(self, correlation_id: int, error_code: int, message: str) -> None:
-        log.info(
+        self._answering(correlation_id)
+        fault_log.info(
+            "error response",
             "control session %d: correlationId=%d error %s: %s",
             self.control_session_id,
             correlation_id,
@@ -322,6 +356,7 @@ class ControlSession:
     def send_response_code(
         self, correlation_id: int, relevant_id: int, code: ControlResponseCode, message: str = ""
     ) -> None:
+        self._answering(correlation_id)
         self.send(self._proxy.control_response(self.control_session_id, correlation_id, relevant_id, code, message))
 
     def send_descriptor(self, correlation_id: int, catalog_bytes: bytes, throttle: bool = True) -> bool:
@@ -364,8 +399,35 @@ class ControlSession:
             self._set_state(ControlSessionState.ACTIVE)
             self._next_ping_ns = self._now_ns + self._liveness_interval_ns
         if self.state is not ControlSessionState.ACTIVE:
-            log.warning("control session %d: %s in state %s ignored", self.control_session_id, request, self.state.name)
+            fault_log.warning(
+                "request in wrong state",
+                "control session %d: %s in state %s ignored",
+                self.control_session_id,
+                request,
+                self.state.name,
+            )
             return False
+        return True
+
+    def begin_request(self, correlation_id: int) -> None:
+        """The adapter is about to hand this session the request `correlation_id` (see `fail_request`)."""
+        self._request_correlation_id = correlation_id
+        self._request_answered = False
+
+    def fail_request(self, correlation_id: int, request: str, error: BaseException) -> bool:
+        """Answer a request whose handling raised something other than a refusal; True if an error was sent.
+
+        Java's conductor catches such exceptions (a channel the media driver rejects, a counter id it cannot
+        read) and answers GENERIC with the exception's message; without this the client would wait for a
+        response until its timeout. Nothing is sent if the request was already answered, or was never taken on
+        (the session is not ACTIVE), so each request gets at most one response.
+        """
+        answered = self._request_answered and correlation_id == self._request_correlation_id
+        self._request_correlation_id = None
+        self._request_answered = False
+        if answered or self.state is not ControlSessionState.ACTIVE:
+            return False
+        self.send_error(correlation_id, ErrorCode.GENERIC, f"{request} failed: {error}")
         return True
 
     @contextmanager

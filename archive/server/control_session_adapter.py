@@ -1,7 +1,13 @@
 """Decodes control requests from the control subscriptions and routes them to control sessions.
 
-A malformed, truncated or foreign message is logged and counted as an error, never allowed to take the
-conductor down: the archive must survive whatever arrives on a public UDP port.
+A malformed, truncated or foreign message is counted as an error and logged rate-limited by the host (one line
+per kind of fault per interval, without a traceback each), never allowed to take the conductor down: the archive
+must survive whatever arrives on a public UDP port, and a flood of garbage must not flood the log. Requests for
+a session that does not exist or from another image are counted too, as Java's adapter reports them to its
+error handler.
+
+A well-formed request whose handler raises is answered, not only counted: the session sends one GENERIC error
+naming the request (`ControlSession.fail_request`), so no client waits for a response that will never come.
 
 As in Aeron's `ControlSessionAdapter`, each request template has its own small handler here that reads the
 decoded fields once and calls the control session's typed `on_*` method; the codec builds message classes from
@@ -32,6 +38,14 @@ log = logging.getLogger(__name__)
 
 FRAGMENT_LIMIT = 10
 
+# Kinds of fault, each rate-limited on its own in the log (fixed strings: never text from the wire).
+KIND_MALFORMED = "malformed control message"
+KIND_UNEXPECTED = "unexpected message on the control stream"
+KIND_UNKNOWN_SESSION = "request for an unknown control session"
+KIND_WRONG_IMAGE = "request from another image"
+KIND_UNAUTHORISED = "unauthorised request"
+KIND_FAILED = "control request failed"
+
 # Requests Java's adapter hands to the session without asking the authorisation service: closing one's own
 # session, and answering a challenge (the session is not authenticated yet, so it has no principal).
 _UNCHECKED = frozenset({t.CLOSE_SESSION_REQUEST, t.CHALLENGE_RESPONSE})
@@ -58,7 +72,8 @@ class ControlSessionHost(Protocol):
 
     def control_session(self, control_session_id: int) -> ControlSession | None: ...
 
-    def on_protocol_error(self, message: str) -> None: ...
+    def on_protocol_error(self, message: str, kind: str = KIND_MALFORMED, error: BaseException | None = None) -> None:
+        """Count one fault and log it rate-limited per `kind` (a fixed string); `error` adds its traceback."""
 
 
 class ControlSessionAdapter:
@@ -112,14 +127,14 @@ class ControlSessionAdapter:
             msg = self._codec.decode(data)
         except CodecError as ex:
             self._host.on_protocol_error(
-                f"malformed control request ({len(data)} bytes) from session {header.session_id}: {ex}"
+                f"malformed control request ({len(data)} bytes) from session {header.session_id}: {ex}",
+                KIND_MALFORMED,
             )
             return
         try:
             self.dispatch(msg, header.session_id)
         except Exception as ex:  # a bug in one handler must not stop the conductor
-            log.exception("control request %s failed", msg.name)
-            self._host.on_protocol_error(f"control request {msg.name} failed: {ex}")
+            self._host.on_protocol_error(f"control request {msg.name} failed: {ex}", KIND_FAILED, ex)
 
     def dispatch(self, msg: DecodedRequest, image_session_id: int) -> None:
         template_id = msg.template_id
@@ -147,37 +162,42 @@ class ControlSessionAdapter:
             return
         control_session_id = getattr(msg, "control_session_id", None)
         if control_session_id is None:
-            self._host.on_protocol_error(f"unexpected message {msg.name} on the control stream")
+            self._host.on_protocol_error(f"unexpected message {msg.name} on the control stream", KIND_UNEXPECTED)
             return
         session = self._host.control_session(control_session_id)
         if session is None:
-            log.warning("%s for unknown controlSessionId=%d dropped", msg.name, control_session_id)
-            return
-        if image_session_id != session.image_session_id:
-            log.warning(
-                "control session %d: request from image session %d dropped (connected on %d)",
-                control_session_id,
-                image_session_id,
-                session.image_session_id,
+            self._host.on_protocol_error(
+                f"{msg.name} for unknown controlSessionId={control_session_id} dropped", KIND_UNKNOWN_SESSION
             )
             return
+        if image_session_id != session.image_session_id:
+            self._host.on_protocol_error(
+                f"control session {control_session_id}: {msg.name} from image session {image_session_id} dropped "
+                f"(connected on {session.image_session_id})",
+                KIND_WRONG_IMAGE,
+            )
+            return
+        correlation_id = getattr(msg, "correlation_id", -1)
         if template_id not in _UNCHECKED and not self._authorisation.is_authorised(
             t.SCHEMA_ID, template_id, None, session.encoded_principal
         ):
-            log.warning(
-                "unauthorised archive action %s (templateId=%d) controlSessionId=%d image session %d",
-                msg.name,
-                template_id,
-                control_session_id,
-                image_session_id,
+            self._host.on_protocol_error(
+                f"unauthorised archive action {msg.name} (templateId={template_id}) "
+                f"controlSessionId={control_session_id} image session {image_session_id}",
+                KIND_UNAUTHORISED,
             )
-            session.on_unauthorised_request(getattr(msg, "correlation_id", -1), msg.name, template_id)
+            session.on_unauthorised_request(correlation_id, msg.name, template_id)
             return
         handler = self._handlers.get(template_id)
         if handler is None:
-            session.on_unsupported_request(getattr(msg, "correlation_id", -1), msg.name, template_id)
+            session.on_unsupported_request(correlation_id, msg.name, template_id)
             return
-        handler(session, msg)
+        session.begin_request(correlation_id)
+        try:
+            handler(session, msg)
+        except Exception as ex:
+            session.fail_request(correlation_id, msg.name, ex)
+            raise
 
     # -- one handler per request template: read the fields, call the typed session method ------------------
     @staticmethod

@@ -12,6 +12,21 @@ from aeron_archive_spark.archive.native import AeronClient, Counter
 VERSION_TEXT = "0.1.0"
 
 
+def fit_label(head: str, text: str, tail: str, max_length: int = c.COUNTER_MAX_LABEL_LENGTH) -> str:
+    """`head + text + tail` as a counter label of at most `max_length` bytes, `text` cut to make room.
+
+    The driver's limit is in bytes, and `text` may come from a client (clientInfo, a channel) with characters of
+    several bytes each: cutting by characters could overrun the limit, and cutting bytes blindly could split a
+    character. Like Java's `putStringWithoutLengthAscii`, characters outside ASCII become '?', so a byte is a
+    character and every reader (Java's ASCII label decoder included) sees the same text. `head` and `tail` are
+    the archive's own ASCII and are kept whole.
+    """
+    if not text.isascii():
+        text = text.encode("ascii", "replace").decode("ascii")
+    room = max(0, max_length - len(head.encode()) - len(tail.encode()))
+    return head + text[:room] + tail
+
+
 @dataclass
 class WorkerTotals:
     """Accumulated by a recorder/replayer thread; published to counters only on cycles that did work."""
@@ -78,9 +93,11 @@ class ArchiveCounters:
     def add_control_session_counter(self, control_session_id: int, client_info: str, image_session_id: int) -> Counter:
         """One counter per connected client (Aeron 1.49+): key archiveId, controlSessionId; value the id."""
         key = struct.pack("<qq", self._archive_id, control_session_id)
-        label = (
-            f"control-session: {client_info or 'client'} sessionId={image_session_id} - archiveId={self._archive_id}"
-        )[:380]
+        label = fit_label(
+            "control-session: ",
+            client_info or "client",
+            f" sessionId={image_session_id} - archiveId={self._archive_id}",
+        )
         counter = self._aeron.add_counter(c.ARCHIVE_CONTROL_SESSION_TYPE_ID, key, label)
         counter.set(control_session_id)
         return counter

@@ -5,7 +5,9 @@ The conductor takes a snapshot of its recording subscriptions when the request a
 the archive at that moment even if a subscription stops while the listing is still being sent. Matching, paging
 and the final SUBSCRIPTION_UNKNOWN keep this archive's wire behaviour: a negative `pseudo_index` counts from 0,
 the descriptors from the (clamped) index on are sent up to `count`, and SUBSCRIPTION_UNKNOWN, whose relevant id
-is the index one past the last descriptor sent, follows only when fewer than `count` were sent.
+is the index one past the last descriptor sent, follows only when fewer than `count` were sent. Requests that
+Java answers with SUBSCRIPTION_UNKNOWN before any listing starts (a `pseudo_index` outside the subscriptions, a
+`count` <= 0) are answered so by the conductor and never reach this session.
 """
 
 from __future__ import annotations

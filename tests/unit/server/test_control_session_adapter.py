@@ -13,8 +13,15 @@ import pytest
 
 from aeron_archive_spark.archive.codecs import CODEC
 from aeron_archive_spark.archive.constants import PROTOCOL_SEMANTIC_VERSION, ControlResponseCode
+from aeron_archive_spark.archive.exceptions import ArchiveError
+from aeron_archive_spark.archive.server.control_response_proxy import MAX_ERROR_MESSAGE_LENGTH
 from aeron_archive_spark.archive.server.control_session import ControlSession, ControlSessionState
-from aeron_archive_spark.archive.server.control_session_adapter import ControlSessionAdapter
+from aeron_archive_spark.archive.server.control_session_adapter import (
+    KIND_FAILED,
+    KIND_UNKNOWN_SESSION,
+    KIND_WRONG_IMAGE,
+    ControlSessionAdapter,
+)
 from tests.unit.server.fakes import FakeConductor, active_control_session
 
 CONTROL_SESSION_ID = 31
@@ -31,6 +38,8 @@ class FakeHost:
         self.sessions: dict[int, ControlSession] = {}
         self.connects: list[dict[str, Any]] = []
         self.protocol_errors: list[str] = []
+        self.kinds: list[str] = []
+        self.errors: list[BaseException | None] = []
 
     def new_control_session(self, **kwargs: Any) -> None:
         self.connects.append(kwargs)
@@ -38,8 +47,10 @@ class FakeHost:
     def control_session(self, control_session_id: int) -> ControlSession | None:
         return self.sessions.get(control_session_id)
 
-    def on_protocol_error(self, message: str) -> None:
+    def on_protocol_error(self, message: str, kind: str = "", error: BaseException | None = None) -> None:
         self.protocol_errors.append(message)
+        self.kinds.append(kind)
+        self.errors.append(error)
 
 
 @pytest.fixture
@@ -144,8 +155,9 @@ def test_archive_id_close_and_keep_alive_are_handled_by_the_session(
     assert conductor.calls == []
 
 
-def test_requests_from_another_image_or_for_an_unknown_session_are_dropped(
+def test_requests_from_another_image_or_for_an_unknown_session_are_dropped_and_counted(
         rig: tuple[ControlSessionAdapter, FakeHost, FakeConductor, ControlSession]) -> None:
+    """Java's adapter reports both to its error handler (the archive errors counter), and answers neither."""
     adapter, host, conductor, _ = rig
     feed(adapter, "ListRecordingRequest", image_session_id=IMAGE_SESSION_ID + 1, **CS, correlation_id=1,
          recording_id=0)
@@ -153,7 +165,9 @@ def test_requests_from_another_image_or_for_an_unknown_session_are_dropped(
          recording_id=0)
     assert conductor.calls == []
     assert conductor.publication.offered == []
-    assert host.protocol_errors == []
+    assert host.kinds == [KIND_WRONG_IMAGE, KIND_UNKNOWN_SESSION]
+    assert "from image session 6 dropped" in host.protocol_errors[0]
+    assert f"unknown controlSessionId={CONTROL_SESSION_ID + 1}" in host.protocol_errors[1]
 
 
 def test_a_request_this_archive_does_not_implement_is_answered_with_an_error(
@@ -180,6 +194,84 @@ def test_malformed_or_foreign_messages_are_counted_as_protocol_errors(
 def test_a_failing_handler_is_reported_not_raised(
         rig: tuple[ControlSessionAdapter, FakeHost, FakeConductor, ControlSession]) -> None:
     adapter, host, conductor, _ = rig
-    conductor.fail_with = RuntimeError("bug")
+    error = RuntimeError("bug")
+    conductor.fail_with = error
     feed(adapter, "ListRecordingRequest", **CS, correlation_id=1, recording_id=0)
     assert host.protocol_errors == ["control request ListRecordingRequest failed: bug"]
+    assert host.kinds == [KIND_FAILED]
+    assert host.errors == [error]
+
+
+# -- every well-formed request is answered (issue 11, defect 3) ---------------------------------------------------
+def errors_of(conductor: FakeConductor) -> list[Any]:
+    return [m for m in conductor.publication.messages() if m.code == ControlResponseCode.ERROR]
+
+
+def test_a_request_whose_handler_raises_gets_one_error_naming_it_and_the_session_stays_usable(
+        rig: tuple[ControlSessionAdapter, FakeHost, FakeConductor, ControlSession]) -> None:
+    """A channel the media driver rejects raises a native error, not an ArchiveError: the client must still be
+    told, with the request named, as Java answers GENERIC with the exception's message."""
+    adapter, host, conductor, session = rig
+    conductor.fail_with = RuntimeError("aeron_async_add_subscription: invalid port 70000")
+    feed(adapter, "StartRecordingRequest", **CS, correlation_id=2, stream_id=10, source_location=1,
+         channel="aeron:udp?endpoint=localhost:70000")
+    (error,) = conductor.publication.messages()
+    assert (error.correlation_id, error.code, error.relevant_id) == (2, ControlResponseCode.ERROR, 0)
+    assert error.error_message == "StartRecordingRequest failed: aeron_async_add_subscription: invalid port 70000"
+    assert host.kinds == [KIND_FAILED]  # and counted
+    conductor.publication.offered.clear()
+    feed(adapter, "ArchiveIdRequest", **CS, correlation_id=3)
+    feed(adapter, "StopRecordingRequest", **CS, correlation_id=4, stream_id=10, channel="aeron:ipc")
+    assert [m.correlation_id for m in conductor.publication.messages()] == [3]
+    assert conductor.calls[-1] == ("stop_recording", (session, 4, 10, "aeron:ipc"))
+    assert session.state is ControlSessionState.ACTIVE
+
+
+def test_a_handler_that_fails_after_answering_is_not_answered_twice(
+        rig: tuple[ControlSessionAdapter, FakeHost, FakeConductor, ControlSession]) -> None:
+    adapter, host, conductor, _ = rig
+
+    def answer_then_fail(session: ControlSession, correlation_id: int, *args: Any) -> None:
+        session.send_ok(correlation_id, 9)
+        raise RuntimeError("after the answer")
+
+    conductor.stop_recording = answer_then_fail  # type: ignore[method-assign]
+    feed(adapter, "StopRecordingRequest", **CS, correlation_id=5, stream_id=10, channel="aeron:ipc")
+    assert [(m.correlation_id, m.code) for m in conductor.publication.messages()] == [(5, ControlResponseCode.OK)]
+    assert host.kinds == [KIND_FAILED]
+    # The next failing request, with the same correlation id, is answered: "answered" belongs to one request.
+    del conductor.stop_recording
+    conductor.fail_with = RuntimeError("again")
+    feed(adapter, "StopRecordingRequest", **CS, correlation_id=5, stream_id=10, channel="aeron:ipc")
+    assert [(m.correlation_id, m.code) for m in conductor.publication.messages()][-1] == (5, ControlResponseCode.ERROR)
+
+
+@pytest.mark.parametrize("failure", [ArchiveError, RuntimeError])
+def test_an_error_quoting_non_ascii_request_bytes_is_sent_in_ascii(
+        rig: tuple[ControlSessionAdapter, FakeHost, FakeConductor, ControlSession], failure: type[Exception]) -> None:
+    """The schema's errorMessage is US-ASCII: an error quoting a channel with other bytes could not be encoded,
+    and the request went unanswered."""
+    adapter, _, conductor, session = rig
+
+    def refuse(session_: ControlSession, correlation_id: int, stream_id: int, channel: str) -> None:
+        raise failure(f"no recording found for streamId={stream_id} channel={channel}")
+
+    conductor.stop_recording = refuse  # type: ignore[method-assign]
+    feed(adapter, "StopRecordingRequest", **CS, correlation_id=6, stream_id=10,
+         channel=b"aeron:ipc?alias=caf\xc3\xa9")
+    (error,) = errors_of(conductor)
+    assert error.correlation_id == 6
+    assert error.error_message.isascii()
+    assert "channel=aeron:ipc?alias=caf??" in error.error_message
+    feed(adapter, "ArchiveIdRequest", **CS, correlation_id=7)
+    assert conductor.publication.messages()[-1].correlation_id == 7
+    assert session.state is ControlSessionState.ACTIVE
+
+
+def test_a_huge_error_message_is_cut_so_it_can_always_be_sent(
+        rig: tuple[ControlSessionAdapter, FakeHost, FakeConductor, ControlSession]) -> None:
+    adapter, _, conductor, _ = rig
+    conductor.fail_with = ArchiveError("x" * 100_000)
+    feed(adapter, "ListRecordingRequest", **CS, correlation_id=8, recording_id=0)
+    (error,) = errors_of(conductor)
+    assert len(error.error_message) == MAX_ERROR_MESSAGE_LENGTH and error.error_message.endswith("...")

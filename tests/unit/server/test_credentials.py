@@ -174,7 +174,7 @@ class FakeHost:
     def control_session(self, control_session_id: int) -> ControlSession | None:
         return self.session if control_session_id == CONTROL_SESSION_ID else None
 
-    def on_protocol_error(self, message: str) -> None:
+    def on_protocol_error(self, message: str, kind: str = "", error: BaseException | None = None) -> None:
         self.protocol_errors.append(message)
 
 
