@@ -15,7 +15,7 @@ import logging
 from typing import Any, ClassVar
 
 from .callbacks import RESERVED_VALUE_CB, cstr
-from .ffi import PUBLICATION_CLOSED, PUBLICATION_ERROR, ffi, get_lib, last_error
+from .ffi import ADMIN_ACTION, PUBLICATION_CLOSED, PUBLICATION_ERROR, NativeAeronError, ffi, get_lib, last_error
 from .handles import ClientNative, HandleAttribute, HandleQuery, NativeHandle, NativeWrapper
 
 __all__ = ["ExclusivePublication", "ExclusivePublicationNative", "Publication", "PublicationNative"]
@@ -24,6 +24,40 @@ logger = logging.getLogger(__name__)
 
 # A data frame header, the least offer_block reads unchecked (aeron_header_values_frame_t is that header's layout).
 _DATA_HEADER_LENGTH = int(ffi.sizeof("aeron_header_values_frame_t"))
+_FRAME_ALIGNMENT = 32
+
+
+def align_frame(length: int) -> int:
+    """`length` rounded up to Aeron's frame alignment (32 bytes): what a frame of that length takes in a term."""
+    return (length + _FRAME_ALIGNMENT - 1) & -_FRAME_ALIGNMENT
+
+
+def fragmented_length(length: int, max_payload_length: int) -> int:
+    """Bytes a message of `length` takes in a term once split into frames of at most `max_payload_length` payload.
+
+    Aeron's `computeFragmentedFrameLength`: every full fragment takes its header plus `max_payload_length` (an MTU,
+    already aligned), the last partial one its aligned header and payload; an empty message is one bare header.
+    """
+    full, rest = divmod(length, max_payload_length)
+    last = align_frame(rest + _DATA_HEADER_LENGTH) if rest > 0 or full == 0 else 0
+    return full * (max_payload_length + _DATA_HEADER_LENGTH) + last
+
+
+def shortest_message_longer_than(space: int, max_message_length: int, max_payload_length: int) -> int:
+    """The shortest message length whose framed length exceeds `space`, or -1 if even the longest does not.
+
+    The framed length grows with the message length, so a bisection over [1, max_message_length] finds it.
+    """
+    if fragmented_length(max_message_length, max_payload_length) <= space:
+        return -1
+    low, high = 1, max_message_length  # invariant: fragmented_length(high) > space
+    while low < high:
+        middle = (low + high) // 2
+        if fragmented_length(middle, max_payload_length) > space:
+            high = middle
+        else:
+            low = middle + 1
+    return high
 
 
 class PublicationNative(NativeHandle):
@@ -177,10 +211,71 @@ class ExclusivePublication(_PublicationBase):
         return self._checked(int(result), "offer_block")
 
     def append_padding(self, length: int) -> int:
-        """Append a PAD frame covering `length` bytes of payload; new position or a negative Aeron code."""
-        append_padding = get_lib().aeron_exclusive_publication_append_padding
-        result = self._n.call(append_padding, int(length), closed=PUBLICATION_CLOSED)
+        """Append a PAD frame of `length` payload bytes, as Java's `ExclusivePublication.appendPadding` does.
+
+        Returns the new position or a negative Aeron code. Java accepts any length up to the max framed length (what
+        a max-length message takes in a term), but the C client refuses lengths above `max_message_length`, and the
+        PAD an appender leaves at the end of a term when the next message does not fit is often longer than that
+        (up to the max framed length less one frame alignment). Such a PAD, running exactly to the end of the
+        term, is written here through the C client's own end-of-term path: offering a message whose framed length
+        exceeds the space left makes the appender pad the rest of the term and rotate without writing the message
+        (see `_pad_to_term_end_locked`). A longer PAD that would not end the term (or end past it) has no C path
+        that keeps it one frame: ValueError, as for a length above the max framed length.
+        """
+        n = self._n
+        if length <= n.max_message_length:
+            append_padding = get_lib().aeron_exclusive_publication_append_padding
+            result = n.call(append_padding, int(length), closed=PUBLICATION_CLOSED)
+            return self._checked(int(result), "append_padding")
+        max_framed = fragmented_length(n.max_message_length, n.max_payload_length)
+        if length > max_framed:
+            raise ValueError(f"append_padding: length={length} > max framed length={max_framed}")
+        result = n.call(self._pad_to_term_end_locked, int(length), closed=PUBLICATION_CLOSED)
         return self._checked(int(result), "append_padding")
+
+    def _pad_to_term_end_locked(self, ptr: Any, length: int) -> int:
+        """Write one PAD frame of `length` payload bytes that ends exactly at the term end; runs under the lock.
+
+        The exclusive appender, offered a message whose framed length exceeds the space left in the term, writes a
+        PAD over that space, rotates to the next term and answers ADMIN_ACTION, never copying the message. The
+        message offered is the shortest whose framed length exceeds the space left, so the C client never reads
+        past the zeroed buffer handed to it even if that space were misjudged. ADMIN_ACTION is then translated
+        into the new position: the PAD asked for was written, and a caller retrying ADMIN_ACTION would pad again.
+        """
+        n = self._n
+        lib = get_lib()
+        position = int(lib.aeron_exclusive_publication_position(ptr))
+        if position < 0:
+            return position
+        term_length = n.term_buffer_length
+        space = term_length - (position & (term_length - 1))  # position at a term end reads as the next term's 0
+        frame_length = align_frame(length + _DATA_HEADER_LENGTH)
+        if frame_length != space:
+            raise ValueError(
+                f"append_padding: a PAD frame of {frame_length} bytes longer than max_message_length="
+                f"{n.max_message_length} can only be written to end the term, which has {space} bytes left at "
+                f"position {position}"
+            )
+        message_length = shortest_message_longer_than(space, n.max_message_length, n.max_payload_length)
+        if message_length < 0:
+            raise ValueError(
+                f"append_padding: no message of at most max_message_length={n.max_message_length} bytes frames to "
+                f"more than the {space} bytes left in the term at position {position}"
+            )
+        message = ffi.new("uint8_t[]", message_length)
+        result = int(n.offer_locked(ptr, message, 0))
+        if result == ADMIN_ACTION:
+            after = int(lib.aeron_exclusive_publication_position(ptr))
+            if after == position + space:
+                return after
+            logger.debug("append_padding at %d: the term rotated without padding (%d), retry", position, after)
+        elif result > 0:  # cannot happen: the message framed longer than the space left; never leave it unsaid
+            raise NativeAeronError(
+                f"append_padding at position {position}: the {message_length}-byte message offered to pad "
+                f"{space} bytes was appended (new position {result})",
+                -1,
+            )
+        return result
 
     def revoke(self) -> None:
         """Revoke and close: subscribers see the stream end immediately, without draining; idempotent."""

@@ -3,7 +3,11 @@
 Runs on the replayer thread. Each duty cycle reads at most one replay buffer (never across a term), finds the
 whole DATA frames in it with a bulk frame scan, rewrites their session/stream ids in bulk, and offers them as
 one block; a PAD frame becomes `append_padding`. The publication was created at the recording's
-`init-term-id`/`term-id`/`term-offset`, so replay positions equal recording positions.
+`init-term-id`/`term-id`/`term-offset`, so replay positions equal recording positions. A PAD that does not run to
+the end of its term is a damaged DATA frame: the replay fails there rather than skip a message.
+
+Any failure during the replay (a damaged recording, an I/O error, an error of the C client) ends the replay with an
+error for its control session: a replay never ends silently short of its stop position.
 
 The session reaches its control session only through two callbacks: `send_ok` (called on the replayer thread, so
 the conductor's callback must enqueue) and `send_error`, which the conductor triggers through
@@ -161,9 +165,29 @@ class ReplaySession:
             return self._fail(ex.message, ex.error_code)
         except OSError as ex:
             return self._fail(f"recording {self.recording_id}: I/O error at position={self.replay_position}: {ex}")
+        except Exception as ex:
+            # Whatever stops the replay (a native error of the C client, a bug) must reach the client as an error:
+            # escaping to the replayer would only abort the session, and the replay would end silently.
+            log.warning(
+                "replay %d of recording %d: unexpected error", self.replay_session_id, self.recording_id, exc_info=True
+            )
+            return self._fail(
+                f"replay of recordingId={self.recording_id} failed at position={self.replay_position}: "
+                f"{type(ex).__name__}: {ex}"
+            )
         if state is ReplaySessionState.INACTIVE:
-            self._close_resources()
-            self._set_state(ReplaySessionState.DONE)
+            try:
+                self._close_resources()
+            except Exception as ex:  # DONE regardless: a session that cannot close must not be retried forever
+                log.warning("replay %d: closing failed", self.replay_session_id, exc_info=True)
+                if self.error is None:
+                    self.error = ArchiveError(
+                        f"replay of recordingId={self.recording_id} failed to close: {type(ex).__name__}: {ex}",
+                        ErrorCode.GENERIC,
+                        self.correlation_id,
+                    )
+            finally:
+                self._set_state(ReplaySessionState.DONE)
             return 1
         return 0
 
@@ -286,11 +310,30 @@ class ReplaySession:
             frames.rewrite_session_and_stream(
                 self._view, scan.head(count).offsets, self.publication.session_id, self.publication.stream_id
             )
-        self._batch_length = batch_length
-        self._pad_length = (
+        pad_length = (
             scan.pad_length if (count == scan.count and scan.pad_offset == batch_length and batch_length < cap) else 0
         )
+        if pad_length > 0 and not self._pad_ends_term(position + batch_length, pad_length):
+            if batch_length == 0:
+                raise ArchiveError(
+                    f"corrupt recording: PAD frame at position={position} of recordingId={self.recording_id} with "
+                    f"length={pad_length} does not end its term (a DATA frame turned into padding?)",
+                    ErrorCode.GENERIC,
+                )
+            pad_length = 0  # offer the frames before it: the next batch starts at the PAD and fails there
+        self._batch_length = batch_length
+        self._pad_length = pad_length
         self._batch_position = position
+
+    def _pad_ends_term(self, position: int, pad_length: int) -> bool:
+        """Whether a PAD frame at `position` runs exactly to the end of its term, as every PAD an appender writes.
+
+        Positions are term-aligned (a term starts at a multiple of the term length), so the term offset is the
+        position's low bits. A PAD that ends anywhere else covers what was a DATA frame: replaying it as padding
+        would drop that message silently.
+        """
+        term_offset = position & (self._term_length - 1)
+        return term_offset + frames.align(pad_length, frames.FRAME_ALIGNMENT) == self._term_length
 
     def _checksum_mismatch(self, scan: frames.FrameScan) -> int:
         assert self._checksum is not None

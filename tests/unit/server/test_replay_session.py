@@ -13,9 +13,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aeron_archive_spark.archive.exceptions import ErrorCode
-from aeron_archive_spark.archive.native import BACK_PRESSURED, MAX_POSITION_EXCEEDED, NOT_CONNECTED
+from aeron_archive_spark.archive.native import BACK_PRESSURED, MAX_POSITION_EXCEEDED, NOT_CONNECTED, NativeAeronError
+from aeron_archive_spark.archive.server.agent import SessionWorker
 from aeron_archive_spark.archive.server.counters import WorkerTotals
 from aeron_archive_spark.archive.server.replay_session import LimitCounter, ReplaySession, ReplaySessionState
+from aeron_archive_spark.archive.server.session import Session
+from aeron_archive_spark.archive.storage.frames import HDR_TYPE_PAD, HEADER_LENGTH, TYPE_FIELD_OFFSET
 from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
 from aeron_archive_spark.archive.storage.recording_writer import RecordingWriter
 from aeron_archive_spark.archive.storage.segments import segment_file_name
@@ -439,3 +442,123 @@ def test_close_before_done_releases_the_publication(tmp_path: Path) -> None:
     rig.session.close()
     assert rig.state is State.DONE
     assert rig.publication.closed
+
+
+# -- failures that must reach the control session (issue 11) ----------------------------------------------------
+MAX_MESSAGE_LENGTH = TERM_LENGTH // 8  # what the Aeron C client's append_padding accepts at most in a 64 KiB term
+LONG_PAD = 8320  # an end-of-term PAD longer than MAX_MESSAGE_LENGTH + header: left by a near-max-size message
+
+
+class NativeLimitedPublication(FakeReplayPublication):
+    """The fake publication with the C client's limit: append_padding refuses lengths above max_message_length."""
+
+    def append_padding(self, length: int) -> int:
+        if length > MAX_MESSAGE_LENGTH:
+            raise NativeAeronError(
+                f"aeron_exclusive_publication_append_padding: length={length} > max_message_length="
+                f"{MAX_MESSAGE_LENGTH} (errcode=22)", 22)
+        return super().append_padding(length)
+
+
+def long_pad_recording(b: StreamBuilder) -> None:
+    b.fill_to(TERM_LENGTH - LONG_PAD - 2048, 864)  # frames of 896 bytes up to less than 2 KiB before the PAD...
+    b.append(TERM_LENGTH - LONG_PAD - b.position - HEADER_LENGTH)  # ...and one frame reaching where it starts
+    b.append(LONG_PAD)  # (a near-max message, one frame here) does not fit in the rest: PAD to the term end first
+    b.append_many([300] * 5)
+
+
+def run_on_replayer(rig: Rig, max_cycles: int = 10_000) -> list[ReplaySession]:
+    """Drive the session as the archive does: on a replayer `SessionWorker`, whose hand-back reports any error."""
+    done: list[ReplaySession] = []
+    agent_errors: list[BaseException] = []
+
+    def on_done(session: Session) -> None:
+        assert isinstance(session, ReplaySession)
+        done.append(session)
+        session.send_pending_error()  # what the conductor's hand-back does with a finished replay
+
+    worker = SessionWorker("replayer", agent_errors.append, on_done, nano_clock=rig.io_clock)
+    worker.add_session(rig.session)
+    for _ in range(max_cycles):
+        if done:
+            return done
+        worker.do_work(rig.clock.now)
+    raise AssertionError(f"replay not done after {max_cycles} cycles: {rig.state}, agent errors {agent_errors}")
+
+
+def test_a_native_error_of_the_publication_fails_the_replay_with_an_error_to_the_control_session(
+        tmp_path: Path) -> None:
+    recording = Recording(tmp_path, long_pad_recording)
+    (pad,) = [f for f in recording.recorded.frames if f.is_pad]
+    assert pad.length == LONG_PAD and pad.position + pad.length == TERM_LENGTH
+    rig = Rig(tmp_path, stop_position=recording.stop_position, buffer_length=TERM_LENGTH)
+    rig.publication = NativeLimitedPublication(REPLAY_SESSION, REPLAY_STREAM)
+    rig.session.publication = rig.publication
+    rig.publication.is_connected = True
+    assert run_on_replayer(rig) == [rig.session]
+    assert rig.state is State.DONE
+    assert rig.publication.revoked
+    assert rig.publication.data_bytes() == recording.expected(0, pad.position)
+    assert rig.oks == [(CORRELATION_ID, REPLAY_SESSION_ID)]
+    assert len(rig.errors) == 1
+    correlation_id, code, message = rig.errors[0]
+    assert (correlation_id, code) == (CORRELATION_ID, ErrorCode.GENERIC)
+    assert f"recordingId={RECORDING_ID}" in message and f"position={pad.position}" in message
+    assert "max_message_length" in message
+
+
+def turn_into_pad(recording: Recording, position: int) -> int:
+    """Overwrite the type of the DATA frame at `position` with PAD (what verify calls a DATA frame turned into PAD)."""
+    with open(recording.segment(), "r+b") as f:
+        f.seek(position)
+        header = bytearray(f.read(HEADER_LENGTH))
+        length = int.from_bytes(header[:4], "little", signed=True)
+        header[TYPE_FIELD_OFFSET:TYPE_FIELD_OFFSET + 2] = HDR_TYPE_PAD.to_bytes(2, "little")
+        f.seek(position)
+        f.write(header)
+    return length
+
+
+def test_a_pad_in_the_middle_of_a_term_fails_the_replay_naming_recording_position_and_length(
+        tmp_path: Path) -> None:
+    recording = Recording(tmp_path, messages(80, 300))
+    corrupt_at = recording.frame_positions()[50]
+    assert corrupt_at % TERM_LENGTH != 0
+    pad_length = turn_into_pad(recording, corrupt_at)
+    rig = Rig(tmp_path, stop_position=recording.stop_position)
+    rig.start()
+    assert run_on_replayer(rig) == [rig.session]
+    assert rig.publication.revoked
+    assert not any(o.is_padding for o in rig.publication.offers)
+    assert rig.publication.data_bytes() == recording.expected(0, corrupt_at)  # everything before it, then stop
+    expected = (f"corrupt recording: PAD frame at position={corrupt_at} of recordingId={RECORDING_ID} with "
+                f"length={pad_length} does not end its term (a DATA frame turned into padding?)")
+    assert rig.errors == [(CORRELATION_ID, ErrorCode.GENERIC, expected)]
+
+
+def test_a_pad_in_the_middle_of_a_term_fails_even_as_the_first_frame_replayed(tmp_path: Path) -> None:
+    recording = Recording(tmp_path, messages(80, 300))
+    corrupt_at = recording.frame_positions()[20]
+    turn_into_pad(recording, corrupt_at)
+    rig = Rig(tmp_path, replay_position=corrupt_at, stop_position=recording.stop_position)
+    rig.start()
+    rig.run()
+    assert rig.publication.offers == []
+    assert rig.session.error is not None and f"PAD frame at position={corrupt_at}" in rig.session.error.message
+
+
+def test_an_unexpected_exception_in_the_replay_is_an_error_for_the_control_session(tmp_path: Path) -> None:
+    recording = Recording(tmp_path, messages(40, 300))
+    rig = Rig(tmp_path, stop_position=recording.stop_position)
+    rig.start()
+    rig.work()
+    position = rig.session.replay_position
+
+    def broken(block: object) -> int:
+        raise RuntimeError("boom")
+
+    rig.publication.offer_block = broken  # type: ignore[method-assign]
+    assert run_on_replayer(rig) == [rig.session]
+    assert rig.publication.revoked
+    assert rig.errors == [(CORRELATION_ID, ErrorCode.GENERIC,
+                           f"replay of recordingId={RECORDING_ID} failed at position={position}: RuntimeError: boom")]
