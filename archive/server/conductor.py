@@ -453,11 +453,16 @@ class ArchiveConductor(Agent):
             else:
                 entry.images_seen += 1
                 self._start_recording_session(entry, image)
-        except ArchiveError as ex:
+        except Exception as ex:  # a refusal, or a failure (disk, counters): the client hears of it either way
             image.close()
+            if isinstance(ex, ArchiveError):
+                code, message = ex.error_code, ex.message
+            else:
+                self.on_protocol_error(f"cannot record image of session {image.session_id}: {ex}", "recording", ex)
+                code, message = ErrorCode.GENERIC, f"cannot record session {image.session_id}: {ex}"
             session = self._control_sessions.get(entry.control_session_id)
             if session is not None:
-                session.send_error(entry.correlation_id, ex.error_code, ex.message)
+                session.send_error(entry.correlation_id, code, message)
             if entry.extend_recording_id is not None and not entry.sessions:
                 self._remove_subscription(entry)
 
@@ -493,7 +498,11 @@ class ArchiveConductor(Agent):
             original_channel=entry.channel,
             source_identity=image.source_identity,
         )
-        self._launch_recording(entry, image, recording_id, join, join, segment_length, RecordingSignal.START)
+        try:
+            self._launch_recording(entry, image, recording_id, join, join, segment_length, RecordingSignal.START)
+        except BaseException:
+            self.catalog.recording_stopped(recording_id, join, self.ctx.epoch_clock())  # empty, never active
+            raise
 
     def _start_extend_session(self, entry: RecordingSubscription, image: Image) -> None:
         recording_id = entry.extend_recording_id
@@ -515,15 +524,19 @@ class ArchiveConductor(Agent):
                 f"cannot extend recording {recording_id}: " + ", ".join(problems), ErrorCode.INVALID_EXTENSION
             )
         self.catalog.extend_recording(recording_id, entry.control_session_id, entry.correlation_id, image.session_id)
-        self._launch_recording(
-            entry,
-            image,
-            recording_id,
-            d.start_position,
-            image.join_position,
-            d.segment_file_length,
-            RecordingSignal.EXTEND,
-        )
+        try:
+            self._launch_recording(
+                entry,
+                image,
+                recording_id,
+                d.start_position,
+                image.join_position,
+                d.segment_file_length,
+                RecordingSignal.EXTEND,
+            )
+        except BaseException:
+            self.catalog.recording_stopped(recording_id, d.stop_position, d.stop_timestamp)  # as it was
+            raise
 
     def _launch_recording(
         self,
@@ -537,17 +550,21 @@ class ArchiveConductor(Agent):
     ) -> None:
         term_length = image.term_buffer_length
         counter = self._new_position_counter(recording_id, image, entry.stream_id, entry.stripped_channel, join)
-        writer = RecordingWriter(
-            self.ctx.archive_dir,
-            recording_id,
-            start,
-            join,
-            term_length,
-            segment_length,
-            file_sync_level=self.ctx.file_sync_level,
-            catalog_file_sync_level=self.ctx.catalog_file_sync_level,
-            checksum=self._record_checksum,
-        )
+        try:
+            writer = RecordingWriter(
+                self.ctx.archive_dir,
+                recording_id,
+                start,
+                join,
+                term_length,
+                segment_length,
+                file_sync_level=self.ctx.file_sync_level,
+                catalog_file_sync_level=self.ctx.catalog_file_sync_level,
+                checksum=self._record_checksum,
+            )
+        except BaseException:
+            counter.close()
+            raise
         session = RecordingSession(
             correlation_id=entry.correlation_id,
             recording_id=recording_id,

@@ -213,3 +213,27 @@ def test_a_flood_of_malformed_control_messages_is_counted_logged_rate_limited_an
     assert rss_after - rss_warm < max(16 << 20, rss_warm // 10), (rss_warm, rss_after)
     logging.getLogger(__name__).info("%d malformed messages in %.1fs: %d log lines, RSS %d -> %d KiB",
                                      total, elapsed, len(records), rss_warm >> 10, rss_after >> 10)
+
+
+def test_an_image_the_archive_cannot_record_is_an_error_to_the_client(harness, monkeypatch):
+    # A failure that is no refusal (here the disk, as a segment file cannot be created) must still reach the client
+    # that asked for the recording, and leave neither an active recording nor its rec-pos counter behind.
+    from aeron_archive_spark.archive.server import conductor
+
+    def no_space(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(conductor, "RecordingWriter", no_space)
+    channel = f"aeron:ipc?term-length={SMALL_TERM}"
+    harness.client.start_recording(channel, 4711, SourceLocation.LOCAL)
+    pub = harness.client.aeron.add_exclusive_publication(channel, 4711)
+    try:
+        with pytest.raises(ArchiveError) as err:
+            wait_for(lambda: False, timeout=10, poll=harness.client.poll_for_recording_signals)
+        assert err.value.error_code == ErrorCode.GENERIC
+        assert "No space left on device" in err.value.message
+        [d] = harness.client.list_recordings()
+        assert d.stop_position == d.start_position  # stopped, empty: not an active recording forever
+        assert harness.client.get_recording_position(d.recording_id) == -1  # no rec-pos counter left
+    finally:
+        pub.close()
