@@ -257,7 +257,7 @@ RECORDING_OPTIONS = OptionTable(
             parse_bool,
             True,
             Mode.READ,
-            "fail when a recording was truncated/purged past the checkpoint (false: warn and skip ahead)",
+            "fail when a recording was truncated/purged under the checkpoint or a planned batch (false: warn, go on)",
         ),
         # payload decoding
         OptionSpec(

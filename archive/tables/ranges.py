@@ -66,3 +66,21 @@ class ReadRange:
     @property
     def recording_id(self) -> int:
         return self.recording.recording_id
+
+    def surviving(self, start_position: int, stop_position: int | None) -> ReadRange | None:
+        """What still exists of this range once the recording spans `[start_position, stop_position)`, or None.
+
+        For reads that go on after a truncation or purge (failOnDataLoss=false): a purge moves the start up (the
+        decoder skips continuation fragments there, as at any term boundary), a truncation moves the stop, and so
+        the limit, down: the limit must never pass what is recorded. `stop_position` None: an active recording,
+        which cannot have been truncated. A stop inside a fragmented message leaves that message incomplete at
+        the limit, which the decoder reports; the driver plans to the message boundary before such a stop.
+        """
+        start = max(self.start, start_position)
+        limit = self.limit if stop_position is None else min(self.limit, stop_position)
+        end = min(self.end, limit)
+        if start >= end:
+            return None
+        if (start, end, limit) == (self.start, self.end, self.limit):
+            return self
+        return ReadRange(self.index, self.recording, start, end, limit, self.archive_dir, self.connection)

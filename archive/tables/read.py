@@ -11,6 +11,9 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
+from aeron_archive_spark.archive.client.pool import ConnectionPool, connection_pool
+from aeron_archive_spark.archive.descriptor import RecordingDescriptor
+from aeron_archive_spark.archive.storage.catalog import Catalog
 from aeron_archive_spark.archive.tables.chunks import ChunkSource, DiskChunkSource
 from aeron_archive_spark.archive.tables.decode import decode_range
 from aeron_archive_spark.archive.tables.payload import PayloadDecoder
@@ -28,3 +31,19 @@ def open_chunk_source(read_range: ReadRange) -> ChunkSource:
 def read_batches(read_range: ReadRange, schema: pa.Schema, decoder: PayloadDecoder | None) -> Iterator[pa.RecordBatch]:
     """Record batches (of exactly `schema`) of the messages that begin in `read_range`."""
     yield from decode_range(read_range, open_chunk_source(read_range), schema, decoder)
+
+
+def current_descriptor(read_range: ReadRange, pool: ConnectionPool | None = None) -> RecordingDescriptor | None:
+    """The range's recording as it is now (None once purged or deleted), from where the range reads it.
+
+    Lets a reader that must go on after data loss (failOnDataLoss=false) see a truncation or purge made between
+    planning and reading: the catalog, opened read-only, for `archiveDir`; a `ListRecording` on a session leased
+    from `pool` (default: the process's `connection_pool()`) for a running archive.
+    """
+    if read_range.archive_dir is not None:
+        with Catalog(read_range.archive_dir, writable=False) as catalog:
+            return catalog.find(read_range.recording_id)
+    assert read_range.connection is not None
+    lease = (pool if pool is not None else connection_pool()).archive(read_range.connection, purpose="replay")
+    with lease as archive:
+        return archive.list_recording(read_range.recording_id)

@@ -364,6 +364,11 @@ class DiskRecordingSource(RecordingSource):
 
     def recorded_end(self, descriptor: RecordingDescriptor) -> int:
         if not descriptor.is_active:
+            # Only a stopped recording can be truncated: a tail scanned earlier must not outlive a truncation
+            # (an extension would then be scanned from past its first frames).
+            rid = descriptor.recording_id
+            if self._tail.get(rid, descriptor.stop_position) > descriptor.stop_position:
+                self._tail[rid] = descriptor.stop_position
             return descriptor.stop_position
         live = self._counters.position(descriptor)
         if live is not None:

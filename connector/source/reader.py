@@ -7,7 +7,6 @@ the partition plus the parsed options.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -16,12 +15,11 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
-from aeron_archive_spark.archive.storage.catalog import Catalog
 from aeron_archive_spark.archive.tables.option_table import OptionError
 from aeron_archive_spark.archive.tables.options import SourceOptions
 from aeron_archive_spark.archive.tables.payload import PayloadDecoder, payload_decoder
 from aeron_archive_spark.archive.tables.ranges import ReadRange
-from aeron_archive_spark.archive.tables.read import read_batches
+from aeron_archive_spark.archive.tables.read import current_descriptor, read_batches
 from aeron_archive_spark.archive.tables.recording_source import (
     RecordingSource,
     open_recording_source,
@@ -92,36 +90,44 @@ class ReaderBase:
         yield from read_batches(readable, self._arrow_schema, self._payload_decoder())
 
     def _skip_lost_data(self, partition: ReadRange) -> ReadRange | None:
-        """With failOnDataLoss=false, start past data purged since planning (archiveDir; replays report it)."""
-        if self.options.fail_on_data_loss or partition.archive_dir is None:
+        """With failOnDataLoss=false, read only what still exists of a range truncated or purged since planning.
+
+        The driver clips a planned batch to what exists when it plans it (also when a restarted query re-runs a
+        batch from its offset log), but a truncation or purge can still land between planning and this read; the
+        recording is looked up again (catalog, or `ListRecording` through the archive) so the read neither fails
+        on the missing bytes nor waits for them. With failOnDataLoss=true the read goes ahead and fails there,
+        naming the recording and position.
+        """
+        if self.options.fail_on_data_loss:
             return partition
-        with Catalog(partition.archive_dir, writable=False) as catalog:
-            descriptor = catalog.find(partition.recording_id)
+        descriptor = current_descriptor(partition)
+        rid, start, end = partition.recording_id, partition.start, partition.end
         if descriptor is None:
+            log.warning("recording %d vanished before partition [%d, %d) was read; skipping it", rid, start, end)
+            return None
+        stop = None if descriptor.is_active else descriptor.stop_position
+        surviving = partition.surviving(descriptor.start_position, stop)
+        if surviving is partition:
+            return partition
+        extent = f"now spans [{descriptor.start_position}, {'active' if stop is None else stop})"
+        if surviving is None:
             log.warning(
-                "recording %d vanished before partition %d [%d, %d) was read; skipping it",
-                partition.recording_id,
-                partition.index,
-                partition.start,
-                partition.end,
+                "recording %d was truncated or purged after partition [%d, %d) was planned (it %s): "
+                "nothing of the partition is left; skipping it",
+                rid,
+                start,
+                end,
+                extent,
             )
             return None
-        if descriptor.start_position > partition.start:
-            if descriptor.start_position >= partition.end:
-                log.warning(
-                    "recording %d: partition [%d, %d) was purged (start is now %d); skipping it",
-                    partition.recording_id,
-                    partition.start,
-                    partition.end,
-                    descriptor.start_position,
-                )
-                return None
-            log.warning(
-                "recording %d: data from %d to %d was purged before it was read; continuing at %d",
-                partition.recording_id,
-                partition.start,
-                descriptor.start_position,
-                descriptor.start_position,
-            )
-            return dataclasses.replace(partition, start=descriptor.start_position)
-        return partition
+        log.warning(
+            "recording %d was truncated or purged after partition [%d, %d) was planned (it %s): "
+            "reading what is left, [%d, %d)",
+            rid,
+            start,
+            end,
+            extent,
+            surviving.start,
+            surviving.end,
+        )
+        return surviving

@@ -57,6 +57,9 @@ class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTrigg
         self._latest: dict[str, int] | None = None
         self._target: dict[int, int] | None = None
         self._descriptors: dict[int, RecordingDescriptor] = {}
+        # recording id -> (planned end, surviving end) of a batch cut short by data loss (failOnDataLoss=false):
+        # the next batch starting at that planned end goes back to the surviving end (see `_rewound`).
+        self._rewinds: dict[int, tuple[int, int]] = {}
         self._last_trigger = time.monotonic()
 
     # -- offsets ---------------------------------------------------------------------------------------------
@@ -88,9 +91,14 @@ class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTrigg
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """Fix the end of the AvailableNow run: what is recorded now; later data and recordings wait."""
+        """Fix the end of the AvailableNow run: what is recorded now; later data and recordings wait.
+
+        Recordings that do not exist are left out rather than refused: a new query's `initialOffset` refuses an
+        unknown recording anyway, and for a restarted one a recording purged since its checkpoint is data loss,
+        which `latestOffset` reports (or carries on without, failOnDataLoss=false).
+        """
         source = self.source
-        self._target = {rid: source.safe_end(d) for rid, d in source.selected().items()}
+        self._target = {rid: source.safe_end(d) for rid, d in sorted(source.list_selected().items())}
         log.info(
             "Trigger.AvailableNow: reading %s up to %s", self.options.selection.describe(), to_offset(self._target)
         )
@@ -124,8 +132,16 @@ class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTrigg
                     self._vanished(rid, starts[rid])
                 continue  # an explicitly named recording that does not exist yet: nothing to read
             available = source.safe_end(descriptor, known_boundary=starts.get(rid))
-            begin = self._checked_start(descriptor, starts.get(rid, descriptor.start_position), available)
+            checkpointed = starts.get(rid, descriptor.start_position)
+            begin = self._rewound(rid, checkpointed)
+            if begin == checkpointed:
+                begin = self._checked_start(descriptor, begin, available)
             latest[rid] = max(begin, available)
+            if begin != checkpointed:
+                # A rewind (data lost below the checkpoint): this batch only moves the offset back, reading
+                # nothing, so its end offset alone says where the next batch starts, also after a restart.
+                begins[rid] = ends[rid] = begin
+                continue
             if self._target is not None:
                 available = min(available, max(begin, self._target.get(rid, begin)))
             begins[rid] = begin
@@ -183,16 +199,42 @@ class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTrigg
                 raise DataLossError(message + "; set failOnDataLoss=false to continue from the new start")
             log.warning("%s; continuing from %d", message, descriptor.start_position)
             return descriptor.start_position
-        if begin > available and not descriptor.is_active:
-            message = (
-                f"recording {rid} was truncated: its stop position {descriptor.stop_position} is below the "
-                f"checkpointed position {begin}"
-            )
+        if begin > available:
+            # A checkpointed position was recorded once, and recordings only grow: a recorded end below it means
+            # a truncation (if the recording was extended since, only up to `available` so far).
+            if descriptor.is_active:
+                now = f"recorded position {available}"
+            else:
+                now = f"stop position {descriptor.stop_position}"
+            message = f"recording {rid} was truncated: its {now} is below the checkpointed position {begin}"
             if self.options.fail_on_data_loss:
                 raise DataLossError(message + "; set failOnDataLoss=false to continue from the new stop position")
             log.warning("%s; continuing from %d", message, available)
             return available
         return begin
+
+    def _rewound(self, rid: int, begin: int) -> int:
+        """Where a batch starting at `begin` starts: the surviving end if `begin` is the planned end of a batch
+        this reader cut short by a truncation (failOnDataLoss=false), else `begin`.
+
+        Spark starts the next batch at the cut batch's planned end, which it logged before the truncation. The
+        recording may already be extended past that end again (new data from the truncation point on), where
+        the planned end is no message boundary of the new data and the data below it would be skipped: so the
+        next batch goes back to the surviving end. (If the query stops before planning that batch, a restarted
+        reader no longer knows: `_checked_start` still goes back while the recorded end is below the planned
+        end; see the README's failOnDataLoss section.)
+        """
+        rewind = self._rewinds.pop(rid, None)
+        if rewind is None or rewind[0] != begin:
+            return begin
+        log.warning(
+            "recording %d: going back from the planned end %d of the batch cut short by data loss to %d, where "
+            "what is recorded continues",
+            rid,
+            begin,
+            rewind[1],
+        )
+        return rewind[1]
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return self._latest
@@ -203,7 +245,8 @@ class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTrigg
         starts = from_offset(start, "start offset")
         ends = from_offset(end, "end offset")
         descriptors = self._descriptors
-        if any(rid not in descriptors for rid in ends):  # a batch replayed after a restart
+        replayed = any(rid not in descriptors for rid in ends)
+        if replayed:  # a batch replayed after a restart: the recordings may have changed since it was planned
             descriptors = self._descriptors = self.source.list_selected()
         ranges = []
         for rid in sorted(ends):
@@ -216,11 +259,53 @@ class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTrigg
             if begin < descriptor.start_position:
                 begin = self._checked_start(descriptor, begin, stop)
             if stop > begin:
+                stop = self._surviving_end(descriptor, begin, stop, replayed)
+            if stop > begin:
                 ranges.append((RecordingFacts.of(descriptor), begin, stop, stop))
         archive_dir, connection = self.source.partition_location()
         partitions = plan_partitions(ranges, self.options.max_bytes_per_partition, archive_dir, connection)
         log.debug("micro-batch %s -> %s: %d partitions", start, end, len(partitions))
         return partitions
+
+    def _surviving_end(self, descriptor: RecordingDescriptor, begin: int, stop: int, replayed: bool) -> int:
+        """`stop`, or the end of what is left of `[begin, stop)` if the recording was truncated below `stop`.
+
+        A batch's end offset is logged before it runs, so a truncation can land between planning and reading;
+        a restarted query re-runs its last planned batch however long ago it was planned. Then failOnDataLoss
+        =true fails naming the recording and positions, and false delivers what is left, up to the last message
+        boundary at or before the new stop, logs what was lost, and has the next batch go back there
+        (`_rewound`). An active recording cannot have been truncated since this reader listed it; in a replayed
+        batch (fresh descriptors) it may have been truncated and extended again, so its recorded end is asked.
+        """
+        if descriptor.is_active and not replayed:
+            return stop
+        source = self.source
+        recorded = source.recorded_end(descriptor) if descriptor.is_active else descriptor.stop_position
+        if recorded >= stop:
+            return stop
+        rid = descriptor.recording_id
+        now = f"to {recorded}" if not descriptor.is_active else f"(and extended again, to {recorded} so far)"
+        message = (
+            f"recording {rid} was truncated {now} after micro-batch [{begin}, {stop}) was planned, below its end {stop}"
+        )
+        if self.options.fail_on_data_loss:
+            raise DataLossError(
+                message + "; set failOnDataLoss=false to read what is left and continue from the new stop position"
+            )
+        survived = source.safe_end(descriptor, known_boundary=begin if begin <= recorded else None)
+        kept = min(max(begin, survived), stop)
+        delivered = f"delivering [{begin}, {kept}) ({kept - begin} bytes)" if kept > begin else "delivering nothing"
+        log.warning(
+            "%s: %s; [%d, %d) (%d bytes) is lost; the next micro-batch continues from %d",
+            message,
+            delivered,
+            kept,
+            stop,
+            stop - kept,
+            survived,
+        )
+        self._rewinds[rid] = (stop, survived)
+        return kept
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: the archive keeps every recording until it is truncated or purged by its owner."""
