@@ -23,8 +23,12 @@ data; enum fields take ints, IntEnums or value names. Decoded messages are immut
 subclasses (tuples underneath) so a decode is one `tuple.__new__`.
 
 Supported schema features: primitive, named simple, enum, set (as an int bitmask), char/uint8/int8 array
-(as str/bytes), constant and composite (flattened to `<field>_<member>`) fields, and `data` fields. Repeating
-groups are rejected with a `SchemaError` naming the group.
+(as str/bytes), arrays of other primitives (as tuples), constant and composite (flattened to `<field>_<member>`)
+fields, `data` fields, and repeating groups (any dimension composite with unsigned blockLength/numInGroup; nested
+groups and var data inside entries; decoded as tuples of `GroupEntry`, encoded from sequences of mappings). The
+wire order is SBE's: root block (acting length from the header), groups in schema order (each entry: its block at
+the dimension's acting length, its nested groups, its var data), then the message's var data; a group newer than
+the acting version is absent. A message the codec cannot represent is refused alone (`SbeCodec.unsupported`).
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ __all__ = [
     "CodecError",
     "EnumSpec",
     "FieldSpec",
+    "GroupEntry",
+    "GroupSpec",
     "Message",
     "MessageHeader",
     "MessageSpec",
@@ -165,6 +171,11 @@ class FieldSpec:
     def is_constant(self) -> bool:
         return self.constant is not None
 
+    @property
+    def is_array(self) -> bool:
+        """A fixed array of a primitive other than char/int8/uint8 (those are str/bytes): decodes as a tuple."""
+        return self.length != 1 and not self.struct_format.endswith("s")
+
 
 @dataclass(frozen=True, slots=True)
 class VarFieldSpec:
@@ -186,8 +197,40 @@ class VarFieldSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupSpec:
+    """A repeating group: a dimension header (entry block length + entry count) then that many entries.
+
+    Each entry on the wire is its fixed block (the *acting* block length from the dimension header, which a newer
+    sender may make longer than `block_length`), then its nested groups in schema order, then its var fields. A
+    group whose `since_version` is newer than the message's acting version is absent from the wire (no entries).
+    `dimension_*` describe the dimension composite (any unsigned blockLength/numInGroup members, with padding).
+    """
+
+    name: str
+    attr: str
+    id: int
+    since_version: int
+    description: str
+    block_length: int
+    dimension_type: str
+    dimension_size: int
+    block_length_primitive: str
+    block_length_offset: int
+    count_primitive: str
+    count_offset: int
+    max_count: int
+    fields: tuple[FieldSpec, ...]
+    groups: tuple[GroupSpec, ...]
+    var_fields: tuple[VarFieldSpec, ...]
+
+    def field(self, attr_or_name: str) -> FieldSpec | VarFieldSpec | GroupSpec:
+        return _find_member(self.name, "group", (*self.fields, *self.groups, *self.var_fields), attr_or_name)
+
+
+@dataclass(frozen=True, slots=True)
 class MessageSpec:
-    """A message's layout: template id, block length, fixed fields in offset order, var fields in wire order."""
+    """A message's layout: template id, block length, fixed fields in offset order, groups and var fields in wire
+    order."""
 
     name: str
     template_id: int
@@ -196,13 +239,19 @@ class MessageSpec:
     description: str
     fields: tuple[FieldSpec, ...]
     var_fields: tuple[VarFieldSpec, ...]
+    groups: tuple[GroupSpec, ...] = ()
 
-    def field(self, attr_or_name: str) -> FieldSpec | VarFieldSpec:
-        candidates: tuple[FieldSpec | VarFieldSpec, ...] = (*self.fields, *self.var_fields)
-        for f in candidates:
-            if f.attr == attr_or_name or f.name == attr_or_name:
-                return f
-        raise KeyError(f"message {self.name} has no field {attr_or_name!r}")
+    def field(self, attr_or_name: str) -> FieldSpec | VarFieldSpec | GroupSpec:
+        return _find_member(self.name, "message", (*self.fields, *self.groups, *self.var_fields), attr_or_name)
+
+
+def _find_member(
+    owner: str, kind: str, members: tuple[FieldSpec | VarFieldSpec | GroupSpec, ...], attr_or_name: str
+) -> FieldSpec | VarFieldSpec | GroupSpec:
+    for f in members:
+        if f.attr == attr_or_name or f.name == attr_or_name:
+            return f
+    raise KeyError(f"{kind} {owner} has no field {attr_or_name!r}")
 
 
 class MessageHeader(NamedTuple):
@@ -231,6 +280,7 @@ class Message(tuple[Any, ...]):
     _n: ClassVar[int]
     _constants: ClassVar[dict[str, Any]]
     _schema_id: ClassVar[int]
+    _group_attrs: ClassVar[tuple[str, ...]] = ()
     name: ClassVar[str]
     template_id: ClassVar[int]
     schema_id: ClassVar[int]
@@ -242,8 +292,11 @@ class Message(tuple[Any, ...]):
         return MessageHeader(self[n], cls._spec.template_id, cls._schema_id, self[n + 1])
 
     def as_dict(self) -> dict[str, Any]:
-        """Schema fields only (no metadata): fixed fields in offset order, var fields in wire order, constants."""
+        """Schema fields only (no metadata): fixed fields in offset order, groups (as lists of dicts, recursively)
+        and var fields in wire order, constants. The result is valid keyword input for `SbeCodec.encode`."""
         d = dict(zip(self._attrs, self, strict=False))  # the tuple goes on with the header metadata
+        for attr in self._group_attrs:
+            d[attr] = [entry.as_dict() for entry in d[attr]]
         if self._constants:
             d.update(self._constants)
         return d
@@ -270,6 +323,50 @@ class Message(tuple[Any, ...]):
         raise TypeError(f"{self._spec.name} messages are not picklable; pickle as_dict() instead")
 
 
+class GroupEntry(tuple[Any, ...]):
+    """One entry of a repeating group: an immutable record of its fields (snake_case attributes), nested groups
+    (tuples of entries) and var fields, in wire order. Each group of a schema gets its own subclass."""
+
+    __slots__ = ()
+
+    _group: ClassVar[GroupSpec]
+    _attrs: ClassVar[tuple[str, ...]]
+    _constants: ClassVar[dict[str, Any]]
+    _group_attrs: ClassVar[tuple[str, ...]] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        """Fields, nested groups (lists of dicts) and var fields, then constants: valid input for encoding."""
+        d = dict(zip(self._attrs, self, strict=True))
+        for attr in self._group_attrs:
+            d[attr] = [entry.as_dict() for entry in d[attr]]
+        if self._constants:
+            d.update(self._constants)
+        return d
+
+    def __repr__(self) -> str:
+        body = ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items())
+        return f"{type(self).__name__}({body})"
+
+    def __reduce__(self) -> Any:
+        raise TypeError(f"{type(self).__name__} entries are not picklable; pickle as_dict() instead")
+
+
+def _entry_class(group: GroupSpec, path: str, attrs: tuple[str, ...], constants: dict[str, Any]) -> type[GroupEntry]:
+    """The per-group GroupEntry subclass, named by its path (`Car.performanceFigures.acceleration`)."""
+    ns: dict[str, Any] = {
+        "__slots__": (),
+        "__doc__": group.description or f"An entry of group {path}.",
+        "_group": group,
+        "_attrs": attrs,
+        "_constants": dict(constants),
+        "_group_attrs": tuple(g.attr for g in group.groups),
+    }
+    for i, attr in enumerate(attrs):
+        ns[attr] = property(operator.itemgetter(i))
+    ns.update(constants)
+    return type(path, (GroupEntry,), ns)
+
+
 _new_tuple = tuple.__new__
 
 
@@ -293,8 +390,10 @@ def _message_class(
     var_attrs: tuple[str, ...],
     constants: dict[str, Any],
 ) -> type[Message]:
-    """The per-message Message subclass: tuple layout (*fixed, *var, block_length, version, encoded_length)."""
-    attrs = (*wire_attrs, *var_attrs)
+    """The per-message Message subclass: tuple layout (*fixed, *groups, *var, block_length, version,
+    encoded_length)."""
+    group_attrs = tuple(g.attr for g in spec.groups)
+    attrs = (*wire_attrs, *group_attrs, *var_attrs)
     n = len(attrs)
     ns: dict[str, Any] = {
         "__slots__": (),
@@ -304,6 +403,7 @@ def _message_class(
         "_n": n,
         "_constants": dict(constants),
         "_schema_id": schema_id,
+        "_group_attrs": group_attrs,
         "name": spec.name,
         "template_id": spec.template_id,
         "schema_id": schema_id,
@@ -323,10 +423,11 @@ def _message_class(
 # --------------------------------------------------------------------------------------------------------------
 
 
-class _Compiled:
-    """Everything encode/decode needs for one message, precomputed."""
+class _Block:
+    """The precomputed layout of a fixed block with what follows it: a message's root or a group's entries."""
 
     __slots__ = (
+        "array_fields",
         "attr_set",
         "block_length",
         "block_struct",
@@ -334,13 +435,11 @@ class _Compiled:
         "constants",
         "defaults",
         "field_structs",
-        "full_struct",
-        "header_values",
+        "group_layouts",
+        "label",
         "max_since",
         "name",
         "nulls",
-        "spec",
-        "template_id",
         "text_fields",
         "var_attrs",
         "var_encode",
@@ -350,23 +449,26 @@ class _Compiled:
         "wire_fields",
     )
 
+    cls: type[Message] | type[GroupEntry]
+
     def __init__(
         self,
-        spec: MessageSpec,
+        name: str,
+        path: str,
+        fields: tuple[FieldSpec, ...],
+        groups: tuple[GroupSpec, ...],
+        var_fields: tuple[VarFieldSpec, ...],
+        block_length: int,
         order: str,
-        header_fmt: str,
-        header_idx: tuple[int, int, int, int],
-        schema_id: int,
-        schema_version: int,
     ) -> None:
-        self.spec = spec
-        self.name = spec.name
-        self.template_id = spec.template_id
-        self.block_length = spec.block_length
-        wire = tuple(f for f in spec.fields if not f.is_constant)
+        self.label = name  # "message Car" / "group Car.fuelFigures", for error texts
+        self.name = path
+        self.block_length = block_length
+        wire = tuple(f for f in fields if not f.is_constant)
         self.wire_fields = wire
         self.wire_attrs = tuple(f.attr for f in wire)
-        self.nulls = tuple(f.null_value for f in wire)
+        # An absent array decodes as `length` null elements, like Java's generated array getters.
+        self.nulls = tuple((f.null_value,) * f.length if f.is_array else f.null_value for f in wire)
         self.max_since = max((f.since_version for f in wire), default=0)
         fmt = []
         cursor = 0
@@ -375,25 +477,21 @@ class _Compiled:
                 fmt.append(f"{f.offset - cursor}x")
             fmt.append(f.struct_format)
             cursor = f.offset + f.size
-        if spec.block_length > cursor:
-            fmt.append(f"{spec.block_length - cursor}x")
-        block_fmt = "".join(fmt)
-        self.block_struct = struct.Struct(order + block_fmt)
-        self.full_struct = struct.Struct(order + header_fmt + block_fmt)
-        header_values = [0] * len(struct.unpack(order + header_fmt, bytes(struct.calcsize(order + header_fmt))))
-        for i, value in zip(header_idx, (spec.block_length, spec.template_id, schema_id, schema_version), strict=True):
-            header_values[i] = value
-        self.header_values = tuple(header_values)
+        if block_length > cursor:
+            fmt.append(f"{block_length - cursor}x")
+        self.block_struct = struct.Struct(order + "".join(fmt))
         self.field_structs = tuple(struct.Struct(order + f.struct_format) for f in wire)
+        # Arrays unpack as `length` flat values: (field index, length) to regroup them into tuples.
+        self.array_fields = tuple((i, f.length) for i, f in enumerate(wire) if f.is_array)
         self.defaults = tuple((f.attr, f.default) for f in wire)
         self.text_fields = tuple(i for i, f in enumerate(wire) if f.text_encoding is not None)
-        self.constants = {f.attr: f.constant for f in spec.fields if f.is_constant}
-        self.var_fields = spec.var_fields
-        self.var_attrs = tuple(v.attr for v in spec.var_fields)
+        self.constants = {f.attr: f.constant for f in fields if f.is_constant}
+        self.var_fields = var_fields
+        self.var_attrs = tuple(v.attr for v in var_fields)
         # varData given as str is encoded UTF-8; varAscii as its characterEncoding.
-        self.var_encode = tuple((v.attr, b"", v.text_encoding or "utf-8", v.max_length) for v in spec.var_fields)
+        self.var_encode = tuple((v.attr, b"", v.text_encoding or "utf-8", v.max_length) for v in var_fields)
         layouts = []
-        for v in spec.var_fields:
+        for v in var_fields:
             st = struct.Struct(order + _PRIMITIVES[v.length_primitive].code)
             layouts.append(
                 (
@@ -408,8 +506,195 @@ class _Compiled:
                 )
             )
         self.var_layouts = tuple(layouts)
-        self.attr_set = frozenset((*self.wire_attrs, *self.var_attrs, *self.constants))
+        self.group_layouts = tuple(_GroupCompiled(g, path, order) for g in groups)
+        group_attrs = tuple(g.attr for g in groups)
+        self.attr_set = frozenset((*self.wire_attrs, *group_attrs, *self.var_attrs, *self.constants))
+
+    def regroup(self, flat: Sequence[Any]) -> list[Any]:
+        """Block values as unpacked by `block_struct` (arrays as flat runs) -> one value per wire field."""
+        out: list[Any] = list(flat[: self.array_fields[0][0]])
+        i = len(out)
+        arrays = dict(self.array_fields)
+        for k in range(len(out), len(self.wire_fields)):
+            length = arrays.get(k)
+            if length is None:
+                out.append(flat[i])
+                i += 1
+            else:
+                out.append(tuple(flat[i : i + length]))
+                i += length
+        return out
+
+    def flatten(self, values: Sequence[Any]) -> list[Any]:
+        """One value per wire field -> `block_struct` arguments (each array as its `length` values)."""
+        out: list[Any] = []
+        arrays = dict(self.array_fields)
+        for k, v in enumerate(values):
+            if k in arrays:
+                out.extend(self.array_values(k, v))
+            else:
+                out.append(v)
+        return out
+
+    def array_values(self, k: int, v: Any) -> Sequence[Any]:
+        """The `length` values of array field `k` from a sequence of exactly that many (None: all null/zero)."""
+        f = self.wire_fields[k]
+        if v is None:
+            return (f.null_value if f.optional else 0,) * f.length
+        if isinstance(v, (str, bytes, bytearray)) or not isinstance(v, Sequence):
+            try:
+                v = list(v)
+            except TypeError:
+                raise CodecError(
+                    f"field {f.attr} of {self.label} takes a sequence of {f.length} {f.primitive_type} values, "
+                    f"not {type(v).__name__}"
+                ) from None
+        if len(v) != f.length:
+            raise CodecError(
+                f"field {f.attr} of {self.label} is an array of {f.length} {f.primitive_type}, got {len(v)} values"
+            )
+        return cast(Sequence[Any], v)
+
+
+class _Compiled(_Block):
+    """Everything encode/decode needs for one message, precomputed."""
+
+    __slots__ = ("full_struct", "header_values", "spec", "template_id")
+
+    cls: type[Message]
+
+    def __init__(
+        self,
+        spec: MessageSpec,
+        order: str,
+        header_fmt: str,
+        header_idx: tuple[int, int, int, int],
+        schema_id: int,
+        schema_version: int,
+    ) -> None:
+        super().__init__(
+            f"message {spec.name}", spec.name, spec.fields, spec.groups, spec.var_fields, spec.block_length, order
+        )
+        self.spec = spec
+        self.template_id = spec.template_id
+        self.full_struct = struct.Struct(order + header_fmt + self.block_struct.format[1:])
+        header_values = [0] * len(struct.unpack(order + header_fmt, bytes(struct.calcsize(order + header_fmt))))
+        for i, value in zip(header_idx, (spec.block_length, spec.template_id, schema_id, schema_version), strict=True):
+            header_values[i] = value
+        self.header_values = tuple(header_values)
         self.cls = _message_class(spec, schema_id, self.wire_attrs, self.var_attrs, self.constants)
+
+
+class _GroupCompiled(_Block):
+    """A group's dimension codec and its entries' layout (nested groups recursively)."""
+
+    __slots__ = ("count_index", "dimension_size", "dimension_struct", "length_index", "max_count", "since", "spec")
+
+    cls: type[GroupEntry]
+
+    def __init__(self, spec: GroupSpec, owner: str, order: str) -> None:
+        path = f"{owner}.{spec.name}"
+        super().__init__(f"group {path}", path, spec.fields, spec.groups, spec.var_fields, spec.block_length, order)
+        self.spec = spec
+        self.since = spec.since_version
+        self.max_count = spec.max_count
+        self.dimension_size = spec.dimension_size
+        # The dimension composite as one struct: blockLength, numInGroup in offset order, anything else is padding.
+        members = sorted(
+            [(spec.block_length_offset, spec.block_length_primitive), (spec.count_offset, spec.count_primitive)]
+        )
+        fmt, cursor = [], 0
+        for offset, primitive in members:
+            if offset > cursor:
+                fmt.append(f"{offset - cursor}x")
+            fmt.append(_PRIMITIVES[primitive].code)
+            cursor = offset + _PRIMITIVES[primitive].size
+        if spec.dimension_size > cursor:
+            fmt.append(f"{spec.dimension_size - cursor}x")
+        self.dimension_struct = struct.Struct(order + "".join(fmt))
+        first_is_length = members[0][0] == spec.block_length_offset
+        self.length_index, self.count_index = (0, 1) if first_is_length else (1, 0)
+        attrs = (*self.wire_attrs, *(g.attr for g in spec.groups), *self.var_attrs)
+        self.cls = _entry_class(spec, path, attrs, self.constants)
+
+
+def _partial_block(c: _Block, buffer: Buffer, at: int, block_length: int, version: int) -> list[Any]:
+    """Fixed fields of a block shorter than known or of an older acting version: absent fields are null."""
+    return [
+        (st.unpack_from(buffer, at + f.offset) if f.is_array else st.unpack_from(buffer, at + f.offset)[0])
+        if f.offset + f.size <= block_length and f.since_version <= version
+        else null
+        for f, st, null in zip(c.wire_fields, c.field_structs, c.nulls, strict=True)
+    ]
+
+
+def _decode_group(g: _GroupCompiled, buffer: Buffer, pos: int, end: int, version: int) -> tuple[Any, int]:
+    """The entries of group `g` whose dimension header is at `pos`, and the position after them.
+
+    A loop per entry: this is the per-message Python codec; the Spark reads decode groups vectorised
+    (`aeron_archive_spark.archive.tables.sbe.decode`).
+    """
+    if g.since > version:
+        return (), pos  # added after the sender's version: not on the wire
+    if pos + g.dimension_size > end:
+        raise CodecError(
+            f"buffer too short for the dimension of {g.label} at offset {pos}: {end - pos} bytes remain, "
+            f"need {g.dimension_size}"
+        )
+    dimension = g.dimension_struct.unpack_from(buffer, pos)
+    block_length, count = dimension[g.length_index], dimension[g.count_index]
+    pos += g.dimension_size
+    if pos + count * block_length > end:
+        raise CodecError(
+            f"{g.label}: {count} entries of {block_length} bytes at offset {pos} exceed the remaining {end - pos} bytes"
+        )
+    complete = block_length >= g.block_length and version >= g.max_since
+    entries = []
+    for _ in range(count):
+        if pos + block_length > end:
+            raise CodecError(f"buffer too short for an entry of {g.label} at offset {pos}")
+        if complete:
+            values: Any = g.block_struct.unpack_from(buffer, pos)
+            values = g.regroup(values) if g.array_fields else list(values)
+        else:
+            values = _partial_block(g, buffer, pos, block_length, version)
+        for i in g.text_fields:
+            v = values[i]
+            if isinstance(v, bytes):
+                values[i] = v.split(b"\0", 1)[0].decode(g.wire_fields[i].text_encoding or "ascii", "replace")
+        pos += block_length
+        for nested in g.group_layouts:
+            nested_entries, pos = _decode_group(nested, buffer, pos, end, version)
+            values.append(nested_entries)
+        if g.var_layouts:
+            pos = _decode_var(g, buffer, pos, end, version, values)
+        entries.append(_new_tuple(g.cls, values))
+    return tuple(entries), pos
+
+
+def _decode_var(c: _Block, buffer: Buffer, pos: int, end: int, version: int, values: list[Any]) -> int:
+    """Append the var fields of `c` at `pos` to `values`; the position after them."""
+    for unpack_len, _pack, _pack_into, len_size, max_len, encoding, since, attr in c.var_layouts:
+        if since > version:
+            values.append("" if encoding else b"")
+            continue
+        if pos + len_size > end:
+            raise CodecError(
+                f"buffer too short for the length of var field {attr} of {c.label} at offset {pos}: "
+                f"{end - pos} bytes remain"
+            )
+        n = unpack_len(buffer, pos)[0]
+        pos += len_size
+        if n > max_len:
+            raise CodecError(f"var field {attr} of {c.label} length {n} exceeds the maximum {max_len}")
+        if pos + n > end:
+            raise CodecError(
+                f"var field {attr} of {c.label} length {n} exceeds the remaining {end - pos} bytes at offset {pos}"
+            )
+        chunk = buffer[pos : pos + n]
+        values.append(str(chunk, encoding, "replace") if encoding else bytes(chunk))
+        pos += n
+    return pos
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -684,12 +969,29 @@ class _SchemaParser:
 
     # ---- messages ----
 
-    def messages(self) -> list[MessageSpec]:
-        specs = []
+    def messages(self) -> tuple[list[MessageSpec], dict[int, tuple[str, str]]]:
+        """The schema's messages, and those refused (template id -> (name, reason)).
+
+        A message using a construct this codec cannot represent is refused alone, so the rest of a large exchange
+        schema stays usable; only if no message is left is the schema refused (with the first reason).
+        """
+        specs: list[MessageSpec] = []
+        refused: dict[int, tuple[str, str]] = {}
+        first: SchemaError | None = None
         for elem in self.root:
-            if _is_element(elem) and _local(elem.tag) == "message":
+            if not (_is_element(elem) and _local(elem.tag) == "message"):
+                continue
+            try:
                 specs.append(self._message(elem))
-        return specs
+            except SchemaError as e:
+                template_id = _int_attr(elem, "id")
+                if template_id is None:
+                    raise
+                first = first or e
+                refused[template_id] = (elem.get("name") or "", str(e))
+        if first is not None and not specs:
+            raise first
+        return specs, refused
 
     def _leaf_fields(
         self,
@@ -724,12 +1026,20 @@ class _SchemaParser:
         p = _PRIMITIVES[td.primitive]
         length = td.length
         text = td.text_encoding if length != 1 or td.primitive == "char" else None
+        if length < 1 and td.constant is None:
+            raise SchemaError(f"{context}: field {base_name!r} has length {length}; only varData may be empty")
+        null: Any
+        default: Any
         if length != 1 and td.primitive not in ("char", "uint8", "int8"):
-            raise SchemaError(f"{context}: arrays of {td.primitive} are not supported (field {base_name!r})")
-        if length != 1 or td.primitive == "char":
+            # An array of numbers: `length` values of the primitive, decoded as a tuple.
+            text = None
+            fmt = f"{length}{p.code}"
+            null = td.null_value
+            default = td.null_value if optional or td.optional else 0
+        elif length != 1 or td.primitive == "char":
             fmt = f"{length}s"
-            null: Any = "" if text else b""
-            default: Any = null
+            null = "" if text else b""
+            default = null
         else:
             fmt = p.code
             is_optional = optional or td.optional
@@ -765,7 +1075,33 @@ class _SchemaParser:
         if not name or template_id is None:
             raise SchemaError(f"<message name={name!r}> needs a name and an id")
         ctx = f"message {name} (id {template_id})"
+        fields, groups, var_fields, cursor = self._members(elem, ctx)
+        return MessageSpec(
+            name=name,
+            template_id=template_id,
+            block_length=self._block_length(elem, cursor, ctx),
+            since_version=_int_attr(elem, "sinceVersion", 0) or 0,
+            description=elem.get("description", ""),
+            fields=tuple(fields),
+            var_fields=tuple(var_fields),
+            groups=tuple(groups),
+        )
+
+    @staticmethod
+    def _block_length(elem: ET.Element, cursor: int, ctx: str) -> int:
+        """The declared blockLength (SBE: 0 or absent means computed), never shorter than the fields."""
+        block_length = _int_attr(elem, "blockLength", 0) or 0
+        if block_length == 0:
+            return cursor
+        if block_length < cursor:
+            raise SchemaError(f"{ctx}: blockLength {block_length} is shorter than its fields ({cursor} bytes)")
+        return block_length
+
+    def _members(self, elem: ET.Element, ctx: str) -> tuple[list[FieldSpec], list[GroupSpec], list[VarFieldSpec], int]:
+        """Fixed fields, groups and var fields of a message or group, in SBE's order (fields, groups, data), and
+        the end of the fixed fields. As in SBE's own parser, `offset="0"` is the same as no offset."""
         fields: list[FieldSpec] = []
+        groups: list[GroupSpec] = []
         var_fields: list[VarFieldSpec] = []
         cursor = 0
         for child in elem:
@@ -776,10 +1112,12 @@ class _SchemaParser:
             fid = _int_attr(child, "id", 0) or 0
             since = _int_attr(child, "sinceVersion", 0) or 0
             if kind == "group":
-                raise SchemaError(f"{ctx}: repeating group {fname!r} is not supported by this codec")
-            if kind == "field":
                 if var_fields:
-                    raise SchemaError(f"{ctx}: fixed field {fname!r} follows a data field")
+                    raise SchemaError(f"{ctx}: group {fname!r} follows a data field")
+                groups.append(self._group(child, ctx))
+            elif kind == "field":
+                if var_fields or groups:
+                    raise SchemaError(f"{ctx}: fixed field {fname!r} follows a group or data field")
                 td = self.resolve(child.get("type", ""), f"{ctx} field {fname!r}")
                 presence = child.get("presence", "required")
                 if presence == "constant":
@@ -809,8 +1147,8 @@ class _SchemaParser:
                         )
                     )
                     continue
-                offset = _int_attr(child, "offset")
-                if offset is not None:
+                offset = _int_attr(child, "offset", 0) or 0
+                if offset:
                     if offset < cursor:
                         raise SchemaError(
                             f"{ctx}: field {fname!r} offset {offset} overlaps the previous field (ends at {cursor})"
@@ -823,25 +1161,59 @@ class _SchemaParser:
                 var_fields.append(self._var_field(td, fname, fid, since, ctx))
             else:
                 raise SchemaError(f"{ctx}: unsupported element <{kind}>")
-        block_length = _int_attr(elem, "blockLength")
-        if block_length is None:
-            block_length = cursor
-        elif block_length < cursor:
-            raise SchemaError(f"{ctx}: blockLength {block_length} is shorter than its fields ({cursor} bytes)")
-        attrs = [f.attr for f in fields] + [v.attr for v in var_fields]
+        attrs = [f.attr for f in fields] + [g.attr for g in groups] + [v.attr for v in var_fields]
         dupes = {a for a in attrs if attrs.count(a) > 1}
         if dupes:
             raise SchemaError(f"{ctx}: field names collide in snake_case: {sorted(dupes)}")
         reserved = _RESERVED_ATTRS.intersection(attrs)
         if reserved:
             raise SchemaError(f"{ctx}: field name(s) {sorted(reserved)} clash with Message methods")
-        return MessageSpec(
+        return fields, groups, var_fields, cursor
+
+    def _group(self, elem: ET.Element, parent_ctx: str) -> GroupSpec:
+        name = elem.get("name") or ""
+        if not name:
+            raise SchemaError(f"{parent_ctx}: <group> without a name")
+        ctx = f"{parent_ctx} group {name!r}"
+        dimension_type = elem.get("dimensionType", "groupSizeEncoding")
+        dim = self.resolve(dimension_type, f"{ctx} dimensionType")
+        if dim.kind != "composite":
+            raise SchemaError(f"{ctx}: dimensionType {dimension_type!r} is not a composite")
+        layout: dict[str, tuple[int, _TypeDef]] = {}
+        cursor = 0
+        for m in dim.members:
+            if m.offset is not None:
+                cursor = m.offset
+            layout[m.name] = (cursor, m)
+            cursor += self.wire_size(m)
+        for member in ("blockLength", "numInGroup"):
+            found = layout.get(member)
+            if found is None or found[1].kind != "type" or found[1].length != 1 or found[1].constant is not None:
+                raise SchemaError(f"{ctx}: dimensionType {dimension_type!r} needs a {member} member")
+            if found[1].primitive not in ("uint8", "uint16", "uint32", "uint64"):
+                raise SchemaError(
+                    f"{ctx}: {member} of dimensionType {dimension_type!r} is {found[1].primitive}, "
+                    "not an unsigned integer"
+                )
+        (length_offset, length_td), (count_offset, count_td) = layout["blockLength"], layout["numInGroup"]
+        fields, groups, var_fields, end = self._members(elem, ctx)
+        count_max = count_td.max_value if count_td.elem.get("maxValue") else _PRIMITIVES[count_td.primitive].max
+        return GroupSpec(
             name=name,
-            template_id=template_id,
-            block_length=block_length,
+            attr=snake_case(name),
+            id=_int_attr(elem, "id", 0) or 0,
             since_version=_int_attr(elem, "sinceVersion", 0) or 0,
             description=elem.get("description", ""),
+            block_length=self._block_length(elem, end, ctx),
+            dimension_type=dimension_type,
+            dimension_size=self.wire_size(dim),
+            block_length_primitive=length_td.primitive,
+            block_length_offset=length_offset,
+            count_primitive=count_td.primitive,
+            count_offset=count_offset,
+            max_count=int(count_max),
             fields=tuple(fields),
+            groups=tuple(groups),
             var_fields=tuple(var_fields),
         )
 
@@ -883,7 +1255,11 @@ class _SchemaParser:
 
 
 class SbeCodec:
-    """Encoder/decoder for every message of one SBE schema (fixed block + var fields, no groups)."""
+    """Encoder/decoder for every message of one SBE schema (fixed block, repeating groups, var fields).
+
+    `unsupported` maps the template id of each message the codec refused to (name, reason); the other messages of
+    the schema work (see `_SchemaParser.messages`).
+    """
 
     def __init__(self, root: ET.Element, source: str = "<xml>") -> None:
         parser = _SchemaParser(root)
@@ -898,7 +1274,9 @@ class SbeCodec:
         self._header_identity = (
             self._header_idx == (0, 1, 2, 3) and len(self._header_struct.unpack(bytes(self.header_length))) == 4
         )
-        specs = parser.messages()
+        specs, self.unsupported = parser.messages()
+        for template_id, (name, reason) in self.unsupported.items():
+            log.warning("SBE schema %s: message %s (id %d) is not supported: %s", source, name, template_id, reason)
         self._by_id: dict[int, _Compiled] = {}
         self._by_name: dict[str, _Compiled] = {}
         for spec in specs:
@@ -963,25 +1341,39 @@ class SbeCodec:
         """Structured dtype of the message's fixed block (no header), with explicit offsets and byte order.
 
         Lets callers view many equally sized blocks as one array, e.g. catalog descriptors or fixed messages.
+        Arrays of numbers are subarray fields of shape (length,).
         """
+        c = self._resolve(message)
+        return self.block_dtype(c.wire_fields, c.block_length)
+
+    def block_dtype(self, fields: Sequence[FieldSpec], block_length: int) -> numpy.dtype:
+        """Structured dtype of a block holding `fields` (a message's or a `GroupSpec`'s; constants skipped)."""
         import numpy as np
 
-        c = self._resolve(message)
         order = self.byte_order
-        names, formats, offsets = [], [], []
-        for f in c.wire_fields:
+        names: list[str] = []
+        formats: list[Any] = []
+        offsets: list[int] = []
+        for f in fields:
+            if f.is_constant:
+                continue
             names.append(f.attr)
             if f.struct_format.endswith("s"):
                 formats.append(f"S{f.length}")
+            elif f.is_array:
+                formats.append((order + _PRIMITIVES[f.primitive_type].numpy, (f.length,)))
             else:
                 formats.append(order + _PRIMITIVES[f.primitive_type].numpy)
             offsets.append(f.offset)
-        return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": c.block_length})
+        return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": block_length})
 
     def _resolve(self, key: str | int) -> _Compiled:
         try:
             return self._lookup[key]
         except (KeyError, TypeError):
+            for template_id, (name, reason) in self.unsupported.items():
+                if key in (template_id, name):
+                    raise CodecError(f"message {name} (id {template_id}) is not supported: {reason}") from None
             raise CodecError(f"unknown message {key!r} in schema {self.schema_id}") from None
 
     # ---- header ----
@@ -1023,6 +1415,8 @@ class SbeCodec:
             )
         c = self._by_id.get(template_id)
         if c is None:
+            if template_id in self.unsupported:
+                self._resolve(template_id)  # raises, with the reason
             raise CodecError(f"unknown template id {template_id} in schema {self.schema_id} at offset {offset}")
         return self._decode_body(c, buffer, offset, offset + self.header_length, end, block_length, version)
 
@@ -1074,13 +1468,10 @@ class SbeCodec:
             )
         if block_length >= c.block_length and version >= c.max_since:
             values: Any = c.block_struct.unpack_from(buffer, body)
+            if c.array_fields:
+                values = c.regroup(values)
         else:
-            values = [
-                st.unpack_from(buffer, body + f.offset)[0]
-                if f.offset + f.size <= block_length and f.since_version <= version
-                else null
-                for f, st, null in zip(c.wire_fields, c.field_structs, c.nulls, strict=True)
-            ]
+            values = _partial_block(c, buffer, body, block_length, version)
         if c.text_fields:
             values = list(values)
             for i in c.text_fields:
@@ -1088,10 +1479,13 @@ class SbeCodec:
                 if isinstance(v, bytes):
                     values[i] = v.split(b"\0", 1)[0].decode(c.wire_fields[i].text_encoding or "ascii", "replace")
         pos = block_end
-        if not c.var_layouts:
+        if not c.var_layouts and not c.group_layouts:
             return _new_tuple(c.cls, (*values, block_length, version, pos - start))
         values = list(values)
         append = values.append
+        for g in c.group_layouts:
+            entries, pos = _decode_group(g, buffer, pos, end, version)
+            append(entries)
         for unpack_len, _pack, _pack_into, len_size, max_len, encoding, since, attr in c.var_layouts:
             if since > version:
                 append("" if encoding else b"")
@@ -1121,16 +1515,20 @@ class SbeCodec:
     # ---- encode ----
 
     def encode(self, message: str | int, /, **fields: Any) -> bytes:
-        """Header + fixed block + var fields; omitted fields take their defaults (see FieldSpec.default)."""
+        """Header + fixed block + groups + var fields; omitted fields take their defaults (see FieldSpec.default).
+
+        A group takes a sequence of entries, each a mapping of its fields (or a decoded `GroupEntry`); an omitted
+        or None group is empty. An array field takes a sequence of exactly `length` numbers.
+        """
         c = self._resolve(message)
-        values, var_data = self._prepare(c, fields)
+        values, var_data, groups = self._prepare(c, fields)
         try:
-            head = c.full_struct.pack(*c.header_values, *values)
+            head = c.full_struct.pack(*c.header_values, *(c.flatten(values) if c.array_fields else values))
         except struct.error:
             head = self._pack_slow(c, c.full_struct, (*c.header_values, *self._coerce(c, values)))
-        if not var_data:
+        if not var_data and not groups:
             return head
-        parts = [head]
+        parts = [head, groups]
         for layout, data in zip(c.var_layouts, var_data, strict=True):
             parts.append(layout[1](len(data)))
             parts.append(data)
@@ -1139,16 +1537,7 @@ class SbeCodec:
     def encode_body(self, message: str | int, /, **fields: Any) -> bytes:
         """Like `encode` without the message header (the catalog's on-disk form)."""
         c = self._resolve(message)
-        values, var_data = self._prepare(c, fields)
-        try:
-            block = c.block_struct.pack(*values)
-        except struct.error:
-            block = self._pack_slow(c, c.block_struct, self._coerce(c, values))
-        parts: list[Any] = [block]
-        for layout, data in zip(c.var_layouts, var_data, strict=True):
-            parts.append(layout[1](len(data)))
-            parts.append(data)
-        return b"".join(parts)
+        return self._encode_block(c, fields)
 
     def encode_into(self, buffer: bytearray | memoryview, offset: int, message: str | int, /, **fields: Any) -> int:
         """Encode into a preallocated writable buffer at `offset`; returns the encoded length.
@@ -1156,8 +1545,8 @@ class SbeCodec:
         Nothing is written unless the whole message fits.
         """
         c = self._resolve(message)
-        values, var_data = self._prepare(c, fields)
-        total = c.full_struct.size
+        values, var_data, groups = self._prepare(c, fields)
+        total = c.full_struct.size + len(groups)
         for layout, data in zip(c.var_layouts, var_data, strict=True):
             total += layout[3] + len(data)
         if type(buffer) is not bytearray:
@@ -1171,11 +1560,16 @@ class SbeCodec:
                 f"buffer too small to encode {c.name}: need {total} bytes at offset {offset}, buffer holds {size}"
             )
         try:
-            c.full_struct.pack_into(buffer, offset, *c.header_values, *values)
+            c.full_struct.pack_into(
+                buffer, offset, *c.header_values, *(c.flatten(values) if c.array_fields else values)
+            )
         except struct.error:
             head = self._pack_slow(c, c.full_struct, (*c.header_values, *self._coerce(c, values)))
             buffer[offset : offset + len(head)] = head
         pos = offset + c.full_struct.size
+        if groups:
+            buffer[pos : pos + len(groups)] = groups
+            pos += len(groups)
         for layout, data in zip(c.var_layouts, var_data, strict=True):
             n = len(data)
             layout[2](buffer, pos, n)
@@ -1184,20 +1578,60 @@ class SbeCodec:
             pos += n
         return total
 
+    def _encode_block(self, c: _Block, fields: dict[str, Any]) -> bytes:
+        """Block + groups + var fields of a message body or of one group entry."""
+        values, var_data, groups = self._prepare(c, fields)
+        try:
+            block = c.block_struct.pack(*(c.flatten(values) if c.array_fields else values))
+        except struct.error:
+            block = self._pack_slow(c, c.block_struct, self._coerce(c, values))
+        parts: list[Any] = [block, groups]
+        for layout, data in zip(c.var_layouts, var_data, strict=True):
+            parts.append(layout[1](len(data)))
+            parts.append(data)
+        return b"".join(parts)
+
+    def _encode_group(self, g: _GroupCompiled, entries: Any) -> bytes:
+        """Dimension header (the schema's entry block length, the entry count) then each entry."""
+        if entries is None:
+            entries = ()
+        elif isinstance(entries, (str, bytes, Mapping)) or not isinstance(entries, Sequence):
+            raise CodecError(f"{g.label} takes a sequence of entries, not {type(entries).__name__}")
+        count = len(entries)
+        if count > g.max_count:
+            raise CodecError(f"{g.label} holds at most {g.max_count} entries, got {count}")
+        dimension = [0, 0]
+        dimension[g.length_index] = g.block_length
+        dimension[g.count_index] = count
+        parts = [g.dimension_struct.pack(*dimension)]
+        for i, entry in enumerate(entries):
+            if isinstance(entry, GroupEntry):
+                entry_fields = dict(zip(entry._attrs, entry, strict=True))
+            elif isinstance(entry, Mapping):
+                entry_fields = dict(entry)
+            else:
+                raise CodecError(f"entry {i} of {g.label} is a {type(entry).__name__}, not a mapping of its fields")
+            parts.append(self._encode_block(g, entry_fields))
+        return b"".join(parts)
+
     @staticmethod
-    def _pack_slow(c: _Compiled, st: struct.Struct, values: Sequence[Any]) -> bytes:
+    def _pack_slow(c: _Block, st: struct.Struct, values: Sequence[Any]) -> bytes:
         try:
             return st.pack(*values)
         except struct.error as e:
-            raise CodecError(f"cannot encode message {c.name}: {e}") from None
+            raise CodecError(f"cannot encode {c.label}: {e}") from None
 
-    def _prepare(self, c: _Compiled, fields: dict[str, Any]) -> tuple[list[Any], list[bytes]]:
-        """Fixed values in wire order (defaults filled in) and the encoded bytes of each var field."""
+    def _prepare(self, c: _Block, fields: dict[str, Any]) -> tuple[list[Any], list[bytes], bytes]:
+        """Fixed values in wire order (defaults filled in), the encoded bytes of each var field, and the encoded
+        groups (dimension headers and entries, b"" without groups)."""
         pop = fields.pop
         values = [pop(attr, default) for attr, default in c.defaults]
         if c.text_fields:
             for i in c.text_fields:
                 values[i] = self._fixed_text(c, i, values[i])
+        groups = b""
+        if c.group_layouts:
+            groups = b"".join(self._encode_group(g, pop(g.spec.attr, None)) for g in c.group_layouts)
         var_data: list[bytes] = []
         for attr, default, encoding, max_len in c.var_encode:
             value = pop(attr, default)
@@ -1205,88 +1639,90 @@ class SbeCodec:
                 try:
                     data = value.encode(encoding)
                 except UnicodeEncodeError as e:
-                    raise CodecError(f"var field {attr} of message {c.name}: {e}") from None
+                    raise CodecError(f"var field {attr} of {c.label}: {e}") from None
             elif type(value) is bytes:
                 data = value
             else:
-                data = self._var_bytes(c, attr, value)
+                data = self._var_bytes(c, attr, value, encoding)
             if len(data) > max_len:
-                raise CodecError(
-                    f"var field {attr} of message {c.name} length {len(data)} exceeds the maximum {max_len}"
-                )
+                raise CodecError(f"var field {attr} of {c.label} length {len(data)} exceeds the maximum {max_len}")
             var_data.append(data)
         if fields:
             self._check_extra(c, fields)
-        return values, var_data
+        return values, var_data, groups
 
     @staticmethod
-    def _var_bytes(c: _Compiled, attr: str, value: Any) -> bytes:
+    def _var_bytes(c: _Block, attr: str, value: Any, encoding: str) -> bytes:
         if value is None:
             return b""
         if isinstance(value, str):  # str subclass
-            return SbeCodec._var_bytes(c, attr, str(value).encode(c.spec.field(attr).text_encoding or "utf-8"))
+            return SbeCodec._var_bytes(c, attr, str(value).encode(encoding), encoding)
         if isinstance(value, (bytes, bytearray, memoryview)):
             return bytes(value)
-        raise CodecError(f"var field {attr} of message {c.name} takes str or bytes, not {type(value).__name__}")
+        raise CodecError(f"var field {attr} of {c.label} takes str or bytes, not {type(value).__name__}")
 
     @staticmethod
-    def _check_extra(c: _Compiled, extra: dict[str, Any]) -> None:
+    def _check_extra(c: _Block, extra: dict[str, Any]) -> None:
         for attr, value in extra.items():
             if attr in c.constants:
                 if value != c.constants[attr]:
-                    raise CodecError(
-                        f"field {attr} of message {c.name} is the constant {c.constants[attr]!r}, got {value!r}"
-                    )
+                    raise CodecError(f"field {attr} of {c.label} is the constant {c.constants[attr]!r}, got {value!r}")
                 continue
             known = ", ".join(sorted(c.attr_set))
-            raise CodecError(f"unknown field {attr!r} for message {c.name} (fields: {known})")
+            raise CodecError(f"unknown field {attr!r} for {c.label} (fields: {known})")
 
     @staticmethod
-    def _fixed_text(c: _Compiled, i: int, value: Any) -> bytes:
+    def _fixed_text(c: _Block, i: int, value: Any) -> bytes:
         f = c.wire_fields[i]
         if isinstance(value, str):
             try:
                 value = value.encode(f.text_encoding or "ascii")
             except UnicodeEncodeError as e:
-                raise CodecError(f"field {f.attr} of message {c.name}: {e}") from None
+                raise CodecError(f"field {f.attr} of {c.label}: {e}") from None
         if not isinstance(value, (bytes, bytearray, memoryview)):
-            raise CodecError(f"field {f.attr} of message {c.name} takes str or bytes, not {type(value).__name__}")
+            raise CodecError(f"field {f.attr} of {c.label} takes str or bytes, not {type(value).__name__}")
         if len(value) > f.length:
-            raise CodecError(f"field {f.attr} of message {c.name} holds {f.length} bytes, got {len(value)}")
+            raise CodecError(f"field {f.attr} of {c.label} holds {f.length} bytes, got {len(value)}")
         return bytes(value)
 
     @staticmethod
-    def _coerce(c: _Compiled, values: list[Any]) -> list[Any]:
-        """Slow path after struct rejected a value: map enum names, then name the offending field."""
-        out = list(values)
+    def _coerce(c: _Block, values: list[Any]) -> list[Any]:
+        """Slow path after struct rejected a value: map enum names, then name the offending field.
+
+        Returns `block_struct` arguments (arrays flattened)."""
+        out: list[Any] = list(values)
         for i, (f, v) in enumerate(zip(c.wire_fields, values, strict=True)):
             if f.struct_format.endswith("s"):
                 continue
-            if isinstance(v, str) and f.enum is not None:
-                if v not in f.enum.values:
-                    raise CodecError(
-                        f"field {f.attr} of message {c.name}: {v!r} is not a {f.enum.name} value "
-                        f"({', '.join(f.enum.values)})"
-                    )
-                v = f.enum.values[v]
-            if f.primitive_type in ("float", "double"):
-                if not isinstance(v, (int, float)):
-                    raise CodecError(f"field {f.attr} of message {c.name} takes a number, not {type(v).__name__}")
+            if f.is_array:
+                out[i] = tuple(SbeCodec._coerce_value(c, f, x) for x in c.array_values(i, v))
             else:
-                if not isinstance(v, int):
-                    try:
-                        v = operator.index(v)
-                    except TypeError:
-                        raise CodecError(
-                            f"field {f.attr} of message {c.name} takes an int, not {type(v).__name__} {v!r}"
-                        ) from None
-                bits = 8 * _PRIMITIVES[f.primitive_type].size
-                unsigned = f.primitive_type.startswith("u")
-                lo, hi = (0, (1 << bits) - 1) if unsigned else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
-                if not lo <= v <= hi:
-                    raise CodecError(f"field {f.attr} of message {c.name} value {v} does not fit {f.primitive_type}")
-            out[i] = v
-        return out
+                out[i] = SbeCodec._coerce_value(c, f, v)
+        return c.flatten(out) if c.array_fields else out
+
+    @staticmethod
+    def _coerce_value(c: _Block, f: FieldSpec, v: Any) -> Any:
+        if isinstance(v, str) and f.enum is not None:
+            if v not in f.enum.values:
+                raise CodecError(
+                    f"field {f.attr} of {c.label}: {v!r} is not a {f.enum.name} value ({', '.join(f.enum.values)})"
+                )
+            v = f.enum.values[v]
+        if f.primitive_type in ("float", "double"):
+            if not isinstance(v, (int, float)):
+                raise CodecError(f"field {f.attr} of {c.label} takes a number, not {type(v).__name__}")
+            return v
+        if not isinstance(v, int):
+            try:
+                v = operator.index(v)
+            except TypeError:
+                raise CodecError(f"field {f.attr} of {c.label} takes an int, not {type(v).__name__} {v!r}") from None
+        bits = 8 * _PRIMITIVES[f.primitive_type].size
+        unsigned = f.primitive_type.startswith("u") or f.primitive_type == "char"
+        lo, hi = (0, (1 << bits) - 1) if unsigned else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+        if not lo <= v <= hi:
+            raise CodecError(f"field {f.attr} of {c.label} value {v} does not fit {f.primitive_type}")
+        return v
 
     def __repr__(self) -> str:
         return (

@@ -4,7 +4,8 @@
 - `decode`: `SbeDecoder(schema_path, message, on_error)`, the reads' `PayloadDecoder` (Spark source, `export`).
 - `encode`: `SbeEncoder(schema_path, message).encode(batch) -> pa.BinaryArray` for the Spark sink.
 
-Schemas are parsed by `aeron_archive_spark.archive.codecs.codec.SbeCodec` (any SBE schema without repeating groups).
+Schemas are parsed by `aeron_archive_spark.archive.codecs.codec.SbeCodec` (repeating groups, nested groups and
+arrays included).
 """
 
 from aeron_archive_spark.archive.tables.sbe.columns import (

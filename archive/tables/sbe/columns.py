@@ -15,6 +15,9 @@ Mapping (one column per fixed-block leaf field, in schema order, then one per va
   string (the validValue name, `SBE_UNKNOWN` for a value the schema does not list, as Java's generated decoders);
   sets -> the widened integer bitmask; constants -> a literal column of the constant (enum constants by name);
   var-length data -> string if it has a characterEncoding, else binary.
+- Arrays of numbers (a `length` on a primitive other than char/int8/uint8) -> `array<element>` of the element's
+  type. Repeating groups -> `array<struct<...>>` whose struct fields follow these same rules (nested groups nest);
+  a group the sender's version predates is null.
 - Nulls: an optional field holding its null value, an enum holding the enum's null value, and a field the acting
   block length or version does not include (an older sender) are null. Required fields keep their raw value.
 """
@@ -26,7 +29,7 @@ import logging
 import os
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
@@ -38,6 +41,7 @@ import pyarrow as pa
 from aeron_archive_spark.archive.codecs.codec import (
     CodecError,
     FieldSpec,
+    GroupSpec,
     SbeCodec,
     SchemaError,
     VarFieldSpec,
@@ -100,6 +104,8 @@ class Kind(Enum):
     CONSTANT = "constant"
     VAR_TEXT = "var_text"
     VAR_BYTES = "var_bytes"
+    ARRAY = "array"  # fixed array of numbers (not char/int8/uint8): array<element>
+    GROUP = "group"  # repeating group: array<struct<children>>
 
 
 @dataclass(frozen=True, eq=False)
@@ -112,23 +118,25 @@ class ColumnSpec:
     arrow_type: pa.DataType
     field: FieldSpec | None = None
     var_field: VarFieldSpec | None = None
+    group: GroupSpec | None = None
+    children: tuple[ColumnSpec, ...] = ()  # a group's entry columns (the struct's fields)
 
     @property
     def attr(self) -> str:
         """The field's key in the message's numpy structured dtype (`SbeCodec.numpy_dtype`)."""
-        spec = self.field if self.field is not None else self.var_field
+        spec = self.field or self.var_field or self.group
         assert spec is not None
         return spec.attr
 
     @property
     def schema_name(self) -> str:
-        spec = self.field if self.field is not None else self.var_field
+        spec = self.field or self.var_field or self.group
         assert spec is not None
         return spec.name
 
     @property
     def is_fixed(self) -> bool:
-        return self.kind not in (Kind.CONSTANT, Kind.VAR_TEXT, Kind.VAR_BYTES)
+        return self.kind not in (Kind.CONSTANT, Kind.VAR_TEXT, Kind.VAR_BYTES, Kind.GROUP)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -207,26 +215,42 @@ def _column_base_name(name: str) -> str:
 
 
 def message_columns(codec: SbeCodec, message: str | int) -> list[ColumnSpec]:
-    """The columns of one message, in schema order (fixed and constant fields, then var fields)."""
+    """The columns of one message, in schema order (fixed and constant fields, groups, then var fields)."""
     spec = codec.message(message)
     reserved = {c.lower() for c in (*RESERVED_COLUMNS, MESSAGE_COLUMN)}
-    out: list[ColumnSpec] = []
 
     def name_of(schema_name: str) -> str:
         base = _column_base_name(schema_name)
         return f"{spec.name}_{base}" if base.lower() in reserved else base
 
-    for f in spec.fields:
-        out.append(ColumnSpec(name_of(f.name), spec.name, *_fixed_kind(f), field=f))
-    for v in spec.var_fields:
+    return _block_columns(spec.name, spec.name, spec.fields, spec.groups, spec.var_fields, name_of)
+
+
+def _block_columns(
+    message: str,
+    owner: str,
+    fields: tuple[FieldSpec, ...],
+    groups: tuple[GroupSpec, ...],
+    var_fields: tuple[VarFieldSpec, ...],
+    name_of: Callable[[str], str],
+) -> list[ColumnSpec]:
+    """Columns of a message root or of a group's entries (a struct's fields: no reserved names to avoid)."""
+    out: list[ColumnSpec] = []
+    for f in fields:
+        out.append(ColumnSpec(name_of(f.name), message, *_fixed_kind(f), field=f))
+    for g in groups:
+        children = _block_columns(message, f"{owner}.{g.name}", g.fields, g.groups, g.var_fields, _column_base_name)
+        entry = pa.struct([pa.field(c.name, c.arrow_type, nullable=True) for c in children])
+        out.append(ColumnSpec(name_of(g.name), message, Kind.GROUP, pa.list_(entry), group=g, children=tuple(children)))
+    for v in var_fields:
         kind = Kind.VAR_TEXT if v.is_text else Kind.VAR_BYTES
-        out.append(ColumnSpec(name_of(v.name), spec.name, kind, pa.string() if v.is_text else pa.binary(), var_field=v))
+        out.append(ColumnSpec(name_of(v.name), message, kind, pa.string() if v.is_text else pa.binary(), var_field=v))
     seen: dict[str, str] = {}
     for col in out:
         other = seen.setdefault(col.name.lower(), col.schema_name)
         if other != col.schema_name:
             raise SchemaError(
-                f"SBE message {spec.name}: fields {other!r} and {col.schema_name!r} both map to column {col.name!r}"
+                f"SBE message {owner}: fields {other!r} and {col.schema_name!r} both map to column {col.name!r}"
             )
     return out
 
@@ -242,6 +266,9 @@ def _fixed_kind(f: FieldSpec) -> tuple[Kind, pa.DataType]:
         return Kind.CONSTANT, _ARROW_INT[f.primitive_type]
     if f.struct_format.endswith("s"):
         return (Kind.TEXT, pa.string()) if f.text_encoding is not None else (Kind.BYTES, pa.binary())
+    if f.is_array:
+        element = _element_type(f.primitive_type)
+        return Kind.ARRAY, pa.list_(pa.field("element", element, nullable=True))
     if f.enum is not None:
         return Kind.ENUM, pa.string()
     if f.set_choices is not None:
@@ -249,6 +276,12 @@ def _fixed_kind(f: FieldSpec) -> tuple[Kind, pa.DataType]:
     if f.primitive_type in ("float", "double"):
         return Kind.FLOAT, pa.float32() if f.primitive_type == "float" else pa.float64()
     return Kind.INT, _ARROW_INT[f.primitive_type]
+
+
+def _element_type(primitive: str) -> pa.DataType:
+    if primitive in ("float", "double"):
+        return pa.float32() if primitive == "float" else pa.float64()
+    return _ARROW_INT[primitive]
 
 
 def header_dtype(codec: SbeCodec) -> np.dtype:
@@ -315,6 +348,8 @@ def fixed_to_arrow(col: ColumnSpec, raw: np.ndarray, absent: np.ndarray | None =
     if col.kind in (Kind.TEXT, Kind.BYTES):
         matrix = np.ascontiguousarray(raw).view(np.uint8).reshape(len(raw), f.length)
         return fixed_bytes_to_arrow(matrix, col.kind is Kind.TEXT, f.text_encoding, absent, col.name)
+    if col.kind is Kind.ARRAY:
+        return array_to_arrow(col, raw, absent)
     values = _native(raw)
     null = None if absent is None else absent.copy()
     if col.kind is Kind.ENUM:
@@ -334,6 +369,34 @@ def fixed_to_arrow(col: ColumnSpec, raw: np.ndarray, absent: np.ndarray | None =
     if widen is not None:
         values = values.astype(widen)
     return pa.array(values, type=col.arrow_type, mask=mask)
+
+
+def array_to_arrow(col: ColumnSpec, raw: np.ndarray, absent: np.ndarray | None = None) -> pa.Array:
+    """An (n, length) matrix of an array field -> `array<element>` of `length` values per row; an optional type's
+    null value is a null element, a row the sender's block or version lacks is a null array."""
+    f = col.field
+    assert f is not None
+    n = len(raw)
+    values = _native(np.asarray(raw).reshape(n * f.length))
+    null: np.ndarray | None = None
+    if f.optional:
+        null = (
+            np.isnan(values)
+            if isinstance(f.null_value, float) and np.isnan(f.null_value)
+            else (values == values.dtype.type(f.null_value))
+        )
+    mask = _mask_or_none(null)
+    element_type = _element_type(f.primitive_type)
+    if f.primitive_type == "uint64":
+        elements = pa.array(values, type=pa.uint64(), mask=mask).cast(element_type)
+    else:
+        widen = _UNSIGNED_WIDEN.get(f.primitive_type)
+        elements = pa.array(values if widen is None else values.astype(widen), type=element_type, mask=mask)
+    offsets = pa.array(np.arange(n + 1, dtype=np.int32) * f.length, type=pa.int32())
+    list_mask = _mask_or_none(absent)
+    return pa.ListArray.from_arrays(
+        offsets, elements, type=col.arrow_type, mask=None if list_mask is None else pa.array(list_mask)
+    )
 
 
 def enum_to_arrow(

@@ -37,6 +37,7 @@ import pyarrow as pa
 from aeron_archive_spark.archive.codecs.codec import (
     CodecError,
     MessageSpec,
+    SbeCodec,
     SchemaError,
 )
 from aeron_archive_spark.archive.tables.sbe.columns import (
@@ -58,6 +59,8 @@ log = logging.getLogger(__name__)
 
 ON_ERROR_CHOICES = ("fail", "null")
 
+_UNSIGNED = {"uint8": "u1", "uint16": "u2", "uint32": "u4", "uint64": "u8"}
+
 # Why a row did not decode (0: it did).
 _OK, _SHORT_HEADER, _SCHEMA_ID, _TEMPLATE, _SHORT_BLOCK, _VAR = range(6)
 
@@ -71,7 +74,73 @@ class _Plan:
     max_since: int
     fixed: list[tuple[int, ColumnSpec]] = field(default_factory=list)
     constants: list[tuple[int, ColumnSpec]] = field(default_factory=list)
+    groups: list[tuple[int, _GroupPlan]] = field(default_factory=list)
     var: list[tuple[int, ColumnSpec]] = field(default_factory=list)
+
+
+class _GroupPlan:
+    """How one repeating group's entries become an `array<struct<...>>` column (nested groups recursively)."""
+
+    def __init__(self, codec: SbeCodec, col: ColumnSpec) -> None:
+        g = col.group
+        assert g is not None
+        self.col = col
+        self.spec = g
+        self.dtype = codec.block_dtype(g.fields, g.block_length)
+        self.max_since = max((f.since_version for f in g.fields if not f.is_constant), default=0)
+        order = codec.byte_order
+        dim: dict[int, tuple[str, str]] = {
+            g.block_length_offset: ("block_length", order + _UNSIGNED[g.block_length_primitive]),
+            g.count_offset: ("count", order + _UNSIGNED[g.count_primitive]),
+        }
+        self.dimension = np.dtype(
+            {
+                "names": [dim[o][0] for o in sorted(dim)],
+                "formats": [dim[o][1] for o in sorted(dim)],
+                "offsets": sorted(dim),
+                "itemsize": g.dimension_size,
+            }
+        )
+        self.children = list(col.children)
+        self.nested = [_GroupPlan(codec, c) for c in col.children if c.kind is Kind.GROUP]
+        self.var = [c for c in col.children if c.kind in (Kind.VAR_TEXT, Kind.VAR_BYTES)]
+        # Fewest bytes an entry takes beyond its block: each nested group's dimension and each var length prefix.
+        self.entry_extra = sum(p.spec.dimension_size for p in self.nested) + sum(
+            c.var_field.length_size for c in self.var if c.var_field is not None
+        )
+        self.fixed_size = not self.nested and not self.var
+        self.order = codec.byte_order
+
+
+@dataclass
+class _Walk:
+    """Where the entries of one group are, for a set of parent instances (message rows or parent entries).
+
+    Entries are in parent order then entry order; `parent` indexes the parent instances, `present` (per parent)
+    is False where the group is absent (sender's version older than the group's sinceVersion).
+    """
+
+    parent: np.ndarray
+    start: np.ndarray
+    block_length: np.ndarray
+    version: np.ndarray
+    present: np.ndarray
+    var: list[tuple[np.ndarray, np.ndarray]]
+    nested: list[_Walk]
+
+    def reorder(self, perm: np.ndarray) -> None:
+        """Apply a permutation to the entries, keeping nested entries in (new parent, entry) order."""
+        self.parent = self.parent[perm]
+        self.start = self.start[perm]
+        self.block_length = self.block_length[perm]
+        self.version = self.version[perm]
+        self.var = [(a[perm], b[perm]) for a, b in self.var]
+        inverse = np.empty(len(perm), dtype=np.int64)
+        inverse[perm] = np.arange(len(perm), dtype=np.int64)
+        for child in self.nested:
+            child.present = child.present[perm]
+            child.parent = inverse[child.parent]
+            child.reorder(np.argsort(child.parent, kind="stable"))
 
 
 class SbeDecoder:
@@ -125,6 +194,8 @@ class SbeDecoder:
                     )
                 if col.kind is Kind.CONSTANT:
                     plan.constants.append((out, col))
+                elif col.kind is Kind.GROUP:
+                    plan.groups.append((out, _GroupPlan(self._codec, col)))
                 elif col.is_fixed:
                     plan.fixed.append((out, col))
                 else:
@@ -208,8 +279,12 @@ class SbeDecoder:
         row_start = starts[rows]
         row_end = row_start + lengths[rows]
         bad = row_start + hl + block_length > row_end
-        # Var fields: one pass per field over all rows; a row's cursor advances past each field it has.
         cursor = row_start + hl + block_length
+        walks: list[_Walk] = []
+        for _, group_plan in plan.groups:  # groups come before the var fields on the wire
+            walk, cursor = _walk(group_plan, data, cursor, row_end, version, np.arange(len(rows)), bad)
+            walks.append(walk)
+        # Var fields: one pass per field over all rows; a row's cursor advances past each field it has.
         var_ranges: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for _, col in plan.var:
             v = col.var_field
@@ -260,6 +335,18 @@ class SbeDecoder:
             pieces[out].append((out_rows, fixed_to_arrow(col, records[col.attr], absent)))
         for out, col in plan.constants:
             pieces[out].append((out_rows, constant_to_arrow(col, k)))
+        if plan.groups:
+            if k != len(rows):  # some rows are malformed: walk the groups of the good ones again, alone
+                ok = np.flatnonzero(~bad)
+                cursor = row_start[ok] + hl + block_length[ok]
+                walks = []
+                for _, group_plan in plan.groups:
+                    walk, cursor = _walk(
+                        group_plan, data, cursor, row_end[ok], version[ok], np.arange(k), np.zeros(k, dtype=bool)
+                    )
+                    walks.append(walk)
+            for (out, group_plan), walk in zip(plan.groups, walks, strict=True):
+                pieces[out].append((out_rows, _group_to_arrow(group_plan, walk, data, k)))
         for (out, col), (data_start, n_bytes, present) in zip(plan.var, var_ranges, strict=True):
             absent = ~present[good]
             assert col.var_field is not None
@@ -336,6 +423,186 @@ def _records(
         matrix = data[np.where(inside, np.minimum(index, data.size - 1), 0)]
         matrix[~inside] = 0
     return np.ascontiguousarray(matrix).view(dtype).reshape(k)
+
+
+def _walk(
+    plan: _GroupPlan,
+    data: np.ndarray,
+    pos: np.ndarray,
+    end: np.ndarray,
+    version: np.ndarray,
+    row: np.ndarray,
+    bad: np.ndarray,
+) -> tuple[_Walk, np.ndarray]:
+    """Locate the entries of one group for every parent instance (dimension at `pos`, bytes up to `end`).
+
+    `row` maps each instance to its message row; `bad` (per message row) is read and updated: a row whose group
+    runs past its payload is marked, and nothing more is read for it. Returns the entries and each instance's
+    position after the group. Groups of fixed-size entries (no nested groups or var data) are located with
+    arithmetic alone; otherwise entries are walked in rounds, the k-th entry of every instance at once, so the
+    Python loop runs once per entry *index*, not per entry or per field.
+    """
+    n = len(pos)
+    present = version >= plan.spec.since_version
+    ok = present & ~bad[row]
+    dimension_size = plan.spec.dimension_size
+    readable = ok & (pos + dimension_size <= end)
+    bad[row[ok & ~readable]] = True
+    dims = _records(
+        data,
+        np.where(readable, pos, 0),
+        np.where(readable, dimension_size, 0),
+        dimension_size,
+        plan.dimension,
+        all_valid=False,
+    )
+    block_length = np.where(readable, dims["block_length"].astype(np.int64), 0)
+    count = np.where(readable, dims["count"].astype(np.int64), 0)
+    body = pos + dimension_size
+    too_big = readable & (body + count * (block_length + plan.entry_extra) > end)
+    if too_big.any():
+        bad[row[too_big]] = True
+        count[too_big] = 0
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(count, out=offsets[1:])
+    total = int(offsets[-1])
+    parent = np.repeat(np.arange(n, dtype=np.int64), count)
+    entry_length = block_length[parent]
+    entry_version = version[parent]
+    if plan.fixed_size:
+        index = np.arange(total, dtype=np.int64) - offsets[parent]
+        walk = _Walk(parent, body[parent] + index * entry_length, entry_length, entry_version, present, [], [])
+        return walk, np.where(readable, body + count * block_length, pos)
+    start = np.zeros(total, dtype=np.int64)
+    var = [(np.zeros(total, dtype=np.int64), np.zeros(total, dtype=np.int64)) for _ in plan.var]
+    rounds: list[list[tuple[np.ndarray, _Walk]]] = [[] for _ in plan.nested]
+    cursor = body.copy()
+    for r in range(int(count.max()) if n else 0):
+        active = np.flatnonzero(count > r)
+        flat = offsets[active] + r
+        at = cursor[active]
+        start[flat] = at
+        at = at + block_length[active]
+        a_end, a_version, a_row = end[active], version[active], row[active]
+        for j, nested in enumerate(plan.nested):
+            walk, at = _walk(nested, data, at, a_end, a_version, a_row, bad)
+            walk.parent = flat[walk.parent]
+            rounds[j].append((flat, walk))
+        for j, col in enumerate(plan.var):
+            v = col.var_field
+            assert v is not None
+            has = a_version >= v.since_version
+            ok_v = has & ~bad[a_row]
+            readable_v = ok_v & (at + v.length_size <= a_end)
+            bad[a_row[ok_v & ~readable_v]] = True
+            prefix = _records(
+                data,
+                np.where(readable_v, at, 0),
+                np.where(readable_v, v.length_size, 0),
+                v.length_size,
+                np.dtype(plan.order + f"u{v.length_size}"),
+                all_valid=False,
+            )
+            n_bytes = np.where(readable_v, prefix.astype(np.int64), 0)
+            data_start = at + v.length_size
+            overflow = readable_v & ((n_bytes > v.max_length) | (data_start + n_bytes > a_end))
+            bad[a_row[overflow]] = True
+            n_bytes[overflow] = 0
+            var[j][0][flat] = data_start
+            var[j][1][flat] = n_bytes
+            at = np.where(has, data_start + n_bytes, at)
+        cursor[active] = at
+    nested_walks = [_merge_rounds(pieces, total) for pieces in rounds]
+    walk = _Walk(parent, start, entry_length, entry_version, present, var, nested_walks)
+    return walk, np.where(readable, cursor, pos)
+
+
+def _merge_rounds(pieces: list[tuple[np.ndarray, _Walk]], n_parents: int) -> _Walk:
+    """One walk of a nested group from the walks of each round (parents given by their flat entry index)."""
+    merged = _concat([w for _, w in pieces])
+    present = np.ones(n_parents, dtype=bool)
+    if pieces:
+        present[np.concatenate([flat for flat, _ in pieces])] = merged.present
+    merged.present = present
+    merged.reorder(np.argsort(merged.parent, kind="stable"))
+    return merged
+
+
+def _concat(walks: list[_Walk]) -> _Walk:
+    """Entries of several walks of one group back to back (children re-indexed to the concatenated entries)."""
+    if len(walks) == 1:
+        return walks[0]
+    if not walks:
+        empty = np.zeros(0, dtype=np.int64)
+        return _Walk(empty, empty, empty, empty, np.zeros(0, dtype=bool), [], [])
+    bases = np.cumsum([0] + [len(w.parent) for w in walks[:-1]])
+    nested = []
+    for j in range(len(walks[0].nested)):
+        children = []
+        for w, base in zip(walks, bases, strict=True):
+            child = w.nested[j]
+            child.parent = child.parent + int(base)
+            children.append(child)
+        nested.append(_concat(children))
+    return _Walk(
+        np.concatenate([w.parent for w in walks]),
+        np.concatenate([w.start for w in walks]),
+        np.concatenate([w.block_length for w in walks]),
+        np.concatenate([w.version for w in walks]),
+        np.concatenate([w.present for w in walks]),
+        [
+            (np.concatenate([w.var[j][0] for w in walks]), np.concatenate([w.var[j][1] for w in walks]))
+            for j in range(len(walks[0].var))
+        ],
+        nested,
+    )
+
+
+def _group_to_arrow(plan: _GroupPlan, walk: _Walk, data: np.ndarray, n_parents: int) -> pa.Array:
+    """The located entries as `array<struct>`: each field gathered once for all entries of all parents."""
+    total = len(walk.parent)
+    counts = np.bincount(walk.parent, minlength=n_parents) if total else np.zeros(n_parents, dtype=np.int64)
+    offsets = np.zeros(n_parents + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    if offsets[-1] >= 2**31:
+        raise SbeDecodeError(f"column {plan.col.name}: {total} group entries in one batch exceed Arrow's limit")
+    spec_length = plan.spec.block_length
+    complete = bool((walk.block_length >= spec_length).all() and (walk.version >= plan.max_since).all())
+    records = _records(
+        data, walk.start, np.minimum(walk.block_length, spec_length), spec_length, plan.dtype, all_valid=complete
+    )
+    nested = iter(zip(plan.nested, walk.nested, strict=True))
+    var = iter(walk.var)
+    arrays: list[pa.Array] = []
+    for col in plan.children:
+        if col.kind is Kind.GROUP:
+            nested_plan, nested_walk = next(nested)
+            arrays.append(_group_to_arrow(nested_plan, nested_walk, data, total))
+        elif col.kind is Kind.CONSTANT:
+            arrays.append(constant_to_arrow(col, total))
+        elif col.is_fixed:
+            f = col.field
+            assert f is not None
+            absent = None if complete else ((f.offset + f.size > walk.block_length) | (f.since_version > walk.version))
+            arrays.append(fixed_to_arrow(col, records[col.attr], absent))
+        else:
+            v = col.var_field
+            assert v is not None
+            data_start, n_bytes = next(var)
+            missing = walk.version < v.since_version
+            encoding = v.text_encoding if col.kind is Kind.VAR_TEXT else None
+            arrays.append(
+                bytes_to_arrow(data, data_start, n_bytes, encoding, missing if missing.any() else None, col.name)
+            )
+    entry_type = plan.col.arrow_type.value_type
+    entries = pa.StructArray.from_arrays(arrays, fields=list(entry_type))
+    mask = ~walk.present
+    return pa.ListArray.from_arrays(
+        pa.array(offsets.astype(np.int32), type=pa.int32()),
+        entries,
+        type=plan.col.arrow_type,
+        mask=pa.array(mask) if mask.any() else None,
+    )
 
 
 def _assemble(pieces: list[tuple[np.ndarray, pa.Array]], n: int, arrow_type: pa.DataType) -> pa.Array:

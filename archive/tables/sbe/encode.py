@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -102,7 +103,7 @@ class SbeEncoder:
             if col.is_fixed:
                 assert col.field is not None
                 names.append(col.attr)
-                formats.append(wire_dtype(codec, col.field))
+                formats.append(_wire_format(codec, col))
                 offsets.append(hl + col.field.offset)
         self._dtype = np.dtype(
             {"names": names, "formats": formats, "offsets": offsets, "itemsize": hl + self._spec.block_length}
@@ -124,7 +125,7 @@ class SbeEncoder:
 
     @property
     def fixed_length(self) -> int | None:
-        return None if self._spec.var_fields else self._dtype.itemsize
+        return None if self._spec.var_fields or self._spec.groups else self._dtype.itemsize
 
     def encode(self, batch: pa.RecordBatch | pa.Table) -> pa.BinaryArray:
         """One encoded message per row of `batch`, in row order."""
@@ -146,17 +147,20 @@ class SbeEncoder:
         for name, value in self._header_values.items():
             records[_HEADER_PREFIX + name] = value
         var_parts: list[tuple[ColumnSpec, np.ndarray, np.ndarray, np.ndarray]] = []
+        groups: list[_Entries] = []
         for col in self._columns:
             arr = given.get(col.name.lower())
             if col.kind is Kind.CONSTANT:
                 if arr is not None:
                     self._check_constant(col, arr)
+            elif col.kind is Kind.GROUP:
+                groups.append(self._group(col, arr, n))
             elif col.is_fixed:
                 records[col.attr] = self._fixed(col, arr, n)
             else:
                 var_parts.append((col, *self._var(col, arr, n)))
         fixed = records.view(np.uint8).reshape(n * self._dtype.itemsize)
-        if not var_parts:
+        if not var_parts and not groups:
             offsets = np.arange(n + 1, dtype=np.int64) * self._dtype.itemsize
             if offsets[-1] >= 2**31:
                 raise SbeEncodeError(
@@ -164,7 +168,7 @@ class SbeEncoder:
                     "binary limit; write smaller batches"
                 )
             return _binary_array(n, offsets, fixed)
-        return self._with_var_data(records, var_parts, n)
+        return self._with_var_data(records, groups, var_parts, n)
 
     # ---- fixed fields -----------------------------------------------------------------------------------------
 
@@ -182,11 +186,15 @@ class SbeEncoder:
 
     def _fixed(self, col: ColumnSpec, arr: pa.Array | None, n: int) -> np.ndarray:
         if arr is None:
+            if col.kind is Kind.ARRAY:
+                return self._fixed_array(col, pa.nulls(n, type=col.arrow_type), n)
             return self._missing(col, n)
         f = col.field
         assert f is not None
         if col.kind in (Kind.TEXT, Kind.BYTES):
             return self._fixed_bytes(col, arr, n)
+        if col.kind is Kind.ARRAY:
+            return self._fixed_array(col, arr, n)
         values = self._enum_codes(col, arr) if col.kind is Kind.ENUM else self._numbers(col, arr)
         return values.astype(wire_dtype(self._codec, f))
 
@@ -350,12 +358,190 @@ class SbeEncoder:
             )
         return starts, lengths, data
 
+    def _fixed_array(self, col: ColumnSpec, arr: pa.Array, n: int) -> np.ndarray:
+        """An `array<number>` column -> (n, length) wire values; a null array is all null values (optional
+        types) and a null element its type's null value; every non-null array must hold exactly `length`."""
+        f = col.field
+        assert f is not None
+        if not (
+            pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type) or pa.types.is_fixed_size_list(arr.type)
+        ):
+            raise SbeEncodeError(
+                f"column {col.name!r} has type {arr.type}; array field {col.schema_name} of SBE message "
+                f"{self._spec.name} takes an array of {f.length} numbers"
+            )
+        valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        if not valid.all() and not f.optional:
+            row = int(np.flatnonzero(~valid)[0])
+            raise SbeEncodeError(
+                f"column {col.name!r} is null at row {row}, but array field {col.schema_name} of SBE "
+                f"message {self._spec.name} is required (not presence=optional)"
+            )
+        lengths = np.asarray(pc.list_value_length(arr).fill_null(f.length).to_numpy(zero_copy_only=False))
+        wrong = lengths != f.length
+        if wrong.any():
+            row = int(np.flatnonzero(wrong)[0])
+            raise SbeEncodeError(
+                f"column {col.name!r}: {int(lengths[row])} values at row {row}, but field {col.schema_name} of "
+                f"SBE message {self._spec.name} is an array of exactly {f.length}"
+            )
+        element = ColumnSpec(
+            col.name,
+            col.message,
+            Kind.FLOAT if f.primitive_type in ("float", "double") else Kind.INT,
+            col.arrow_type.value_type,
+            field=f,
+        )
+        values = self._numbers(element, arr.flatten()).astype(wire_dtype(self._codec, f))
+        out = np.full((n, f.length), f.null_value if f.optional else 0, dtype=wire_dtype(self._codec, f))
+        out[valid] = values.reshape(-1, f.length)
+        return out
+
+    # ---- groups -----------------------------------------------------------------------------------------------
+
+    def _group(self, col: ColumnSpec, arr: pa.Array | None, n: int) -> _Entries:
+        """An `array<struct>` column -> the group's entries encoded column by column (nested groups too)."""
+        g = col.group
+        assert g is not None
+        entry_type = col.arrow_type.value_type
+        if arr is None:
+            arr = pa.nulls(n, type=col.arrow_type)
+        if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)) or not pa.types.is_struct(
+            arr.type.value_type
+        ):
+            raise SbeEncodeError(
+                f"column {col.name!r} has type {arr.type}; group {col.schema_name} of SBE message "
+                f"{self._spec.name} takes an array of structs ({entry_type})"
+            )
+        counts = np.asarray(pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        too_many = counts > g.max_count
+        if too_many.any():
+            row = int(np.flatnonzero(too_many)[0])
+            raise SbeEncodeError(
+                f"column {col.name!r}: {int(counts[row])} entries at row {row} exceed the {g.max_count} "
+                f"of group {col.schema_name} of SBE message {self._spec.name}"
+            )
+        entries = arr.flatten()
+        m = len(entries)
+        given: dict[str, pa.Array] = {}
+        for child_field, child in zip(entries.type, entries.flatten(), strict=True):
+            given[child_field.name.lower()] = child
+        known = {c.name.lower() for c in col.children}
+        unknown = sorted(set(given) - known)
+        if unknown:
+            raise SbeEncodeError(
+                f"column {col.name!r}: struct field {unknown[0]!r} is not a field of group {col.schema_name} of "
+                f"SBE message {self._spec.name}; its fields are: {', '.join(c.name for c in col.children)}"
+            )
+        records = np.zeros(m, dtype=self._codec.block_dtype(g.fields, g.block_length))
+        nested: list[_Entries] = []
+        var_parts: list[tuple[ColumnSpec, np.ndarray, np.ndarray, np.ndarray]] = []
+        for child in col.children:
+            value = given.get(child.name.lower())
+            if child.kind is Kind.CONSTANT:
+                if value is not None:
+                    self._check_constant(child, value)
+            elif child.kind is Kind.GROUP:
+                nested.append(self._group(child, value, m))
+            elif child.is_fixed:
+                records[child.attr] = self._fixed(child, value, m)
+            else:
+                var_parts.append((child, *self._var(child, value, m)))
+        entry_size = np.full(m, g.block_length, dtype=np.int64)
+        for inner in nested:
+            entry_size += inner.size
+        for vcol, _, lengths, _ in var_parts:
+            assert vcol.var_field is not None
+            entry_size += vcol.var_field.length_size + lengths
+        parent = np.repeat(np.arange(n, dtype=np.int64), counts)
+        size = g.dimension_size + np.bincount(parent, weights=entry_size, minlength=n).astype(np.int64)
+        order = self._codec.byte_order
+        dim: dict[int, tuple[str, str]] = {
+            g.block_length_offset: ("block_length", f"{order}u{_SIZES[g.block_length_primitive]}"),
+            g.count_offset: ("count", f"{order}u{_SIZES[g.count_primitive]}"),
+        }
+        dimension = np.zeros(
+            n,
+            dtype=np.dtype(
+                {
+                    "names": [dim[o][0] for o in sorted(dim)],
+                    "formats": [dim[o][1] for o in sorted(dim)],
+                    "offsets": sorted(dim),
+                    "itemsize": g.dimension_size,
+                }
+            ),
+        )
+        dimension["block_length"] = g.block_length
+        dimension["count"] = counts
+        return _Entries(
+            g.dimension_size,
+            g.block_length,
+            dimension.view(np.uint8).reshape(n, g.dimension_size),
+            counts,
+            parent,
+            records.view(np.uint8).reshape(m, g.block_length),
+            nested,
+            var_parts,
+            entry_size,
+            size,
+        )
+
+    def _place(self, entries: _Entries, out: np.ndarray, at: np.ndarray) -> None:
+        """Write a group's dimension headers at `at` (one per parent) and its entries after each, recursively."""
+        dim = entries.dimension_size
+        if dim:
+            out[at[:, None] + np.arange(dim)] = entries.dimension
+        m = len(entries.parent)
+        if m == 0:
+            return
+        cumulative = np.zeros(m + 1, dtype=np.int64)
+        np.cumsum(entries.entry_size, out=cumulative[1:])
+        first = np.zeros(len(entries.counts) + 1, dtype=np.int64)
+        np.cumsum(entries.counts, out=first[1:])
+        base = cumulative[first[:-1]]  # entry bytes before each parent's first entry
+        start = at[entries.parent] + dim + cumulative[:-1] - base[entries.parent]
+        bl = entries.block_length
+        if bl:
+            out[start[:, None] + np.arange(bl)] = entries.block
+        cursor = start + bl
+        for inner in entries.nested:
+            self._place(inner, out, cursor)
+            cursor = cursor + inner.size
+        self._place_var(out, cursor, entries.var_parts)
+
+    def _place_var(
+        self,
+        out: np.ndarray,
+        cursor: np.ndarray,
+        var_parts: list[tuple[ColumnSpec, np.ndarray, np.ndarray, np.ndarray]],
+    ) -> np.ndarray:
+        """Write each var field's length prefix and bytes at `cursor` (one per row/entry); the cursor after."""
+        k = len(cursor)
+        for col, starts, lengths, data in var_parts:
+            v = col.var_field
+            assert v is not None
+            prefix = lengths.astype(np.dtype(self._codec.byte_order + f"u{v.length_size}"))
+            out[cursor[:, None] + np.arange(v.length_size)] = prefix.view(np.uint8).reshape(k, v.length_size)
+            cursor = cursor + v.length_size
+            body, body_offsets = gather_bytes(data, starts, lengths)
+            if body.size:
+                out[np.repeat(cursor - body_offsets[:-1], lengths) + np.arange(body.size)] = body
+            cursor = cursor + lengths
+        return cursor
+
     def _with_var_data(
-        self, records: np.ndarray, var_parts: list[tuple[ColumnSpec, np.ndarray, np.ndarray, np.ndarray]], n: int
+        self,
+        records: np.ndarray,
+        groups: list[_Entries],
+        var_parts: list[tuple[ColumnSpec, np.ndarray, np.ndarray, np.ndarray]],
+        n: int,
     ) -> pa.BinaryArray:
-        """Lay out header+block, then each var field's length prefix and bytes, per row, by index arithmetic."""
+        """Lay out header+block, the groups, then each var field's length prefix and bytes, per row, by index
+        arithmetic."""
         fixed_size = self._dtype.itemsize
         sizes = np.full(n, fixed_size, dtype=np.int64)
+        for entries in groups:
+            sizes += entries.size
         for col, _, lengths, _ in var_parts:
             assert col.var_field is not None
             sizes += col.var_field.length_size + lengths
@@ -370,17 +556,38 @@ class SbeEncoder:
         row_start = offsets[:-1]
         out[row_start[:, None] + np.arange(fixed_size)] = records.view(np.uint8).reshape(n, fixed_size)
         cursor = row_start + fixed_size
-        for col, starts, lengths, data in var_parts:
-            v = col.var_field
-            assert v is not None
-            prefix = lengths.astype(np.dtype(self._codec.byte_order + f"u{v.length_size}"))
-            out[cursor[:, None] + np.arange(v.length_size)] = prefix.view(np.uint8).reshape(n, v.length_size)
-            cursor = cursor + v.length_size
-            body, body_offsets = gather_bytes(data, starts, lengths)
-            if body.size:
-                out[np.repeat(cursor - body_offsets[:-1], lengths) + np.arange(body.size)] = body
-            cursor = cursor + lengths
+        for entries in groups:
+            self._place(entries, out, cursor)
+            cursor = cursor + entries.size
+        self._place_var(out, cursor, var_parts)
         return _binary_array(n, offsets, out)
+
+
+@dataclass
+class _Entries:
+    """One group's encoded entries for a set of parents (rows or parent entries), ready to be placed."""
+
+    dimension_size: int
+    block_length: int
+    dimension: np.ndarray  # (parents, dimension_size) bytes
+    counts: np.ndarray  # entries per parent
+    parent: np.ndarray  # parent of each entry
+    block: np.ndarray  # (entries, block_length) bytes
+    nested: list[_Entries]
+    var_parts: list[tuple[ColumnSpec, np.ndarray, np.ndarray, np.ndarray]]
+    entry_size: np.ndarray  # bytes per entry: block + nested groups + var fields
+    size: np.ndarray  # bytes per parent: dimension + its entries
+
+
+_SIZES = {"uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8}
+
+
+def _wire_format(codec: SbeCodec, col: ColumnSpec) -> np.dtype:
+    """The wire dtype of a fixed column in a structured record (a subarray for arrays of numbers)."""
+    assert col.field is not None
+    if col.kind is Kind.ARRAY:
+        return np.dtype((wire_dtype(codec, col.field), (col.field.length,)))
+    return wire_dtype(codec, col.field)
 
 
 def _binary_array(n: int, offsets: np.ndarray, data: np.ndarray) -> pa.BinaryArray:
