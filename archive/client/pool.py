@@ -63,7 +63,6 @@ import itertools
 import logging
 import os
 import socket
-import tempfile
 import threading
 import time
 import weakref
@@ -74,7 +73,12 @@ from types import TracebackType
 from aeron_archive_spark.archive.channel import ChannelUri
 from aeron_archive_spark.archive.client.aeron_archive import AeronArchive, RecordingSignalEvent
 from aeron_archive_spark.archive.client.connection import ConnectionOptions, default_aeron_dir
-from aeron_archive_spark.archive.native import AeronClient, EmbeddedMediaDriver, abandon_after_fork
+from aeron_archive_spark.archive.native import (
+    AeronClient,
+    EmbeddedMediaDriver,
+    abandon_after_fork,
+    default_driver_parent,
+)
 
 log = logging.getLogger(__name__)
 
@@ -369,7 +373,9 @@ class ConnectionPool:
             return None if self._driver is None or self._driver.is_closed else self._driver.aeron_dir
 
     def _start_embedded_driver(self) -> EmbeddedMediaDriver:
-        base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+        base, why_not = default_driver_parent()
+        if why_not is not None:
+            log.warning("embedded media driver files go to %s: %s", base, why_not)
         name = f"aeron-spark-executor-{os.getuid()}-{os.getpid()}" + (f"-{self._ordinal}" if self._ordinal else "")
         # dir_delete_on_start: a directory left by a killed worker with a recycled pid is stale by construction.
         return EmbeddedMediaDriver(os.path.join(base, name), dir_delete_on_start=True, dir_delete_on_shutdown=True)

@@ -20,7 +20,7 @@ from ..constants import (
 from .callbacks import BlockHandler, ControlledAction, FragmentHandler, HeaderValues
 from .client import AeronClient
 from .counters import Counter, CounterInfo, CountersReader
-from .driver import EmbeddedMediaDriver
+from .driver import EmbeddedMediaDriver, default_driver_parent
 from .ffi import (
     ADMIN_ACTION,
     BACK_PRESSURED,
@@ -65,6 +65,7 @@ __all__ = [
     "Publication",
     "Subscription",
     "abandon_after_fork",
+    "default_driver_parent",
     "ffi",
     "get_lib",
     "version",

@@ -4,12 +4,22 @@ pyaeron exposes a few driver settings as keyword arguments; the C driver reads a
 environment variables in `aeron_driver_context_init`, which runs inside the MediaDriver constructor. We set those
 variables only for the duration of the constructor (under a process-wide lock) and restore them, so one driver's
 settings never leak into another's or into child processes.
+
+Where the driver's files go when no directory is given. The driver maps every publication's and image's log
+buffers from files in its directory; pyaeron's own default is under `/tmp`, a disk on most hosts, where the kernel
+keeps writing dirty log-buffer pages back to the device, competing with the archive's own segment writes. Aeron's
+default on Linux is `/dev/shm`, a memory filesystem; we use it too when it is one and has room for the log buffers
+(Java's driver warns below ten default-length terms of free space, and a container's `/dev/shm` is often 64 MiB),
+and otherwise fall back to the temporary directory with a warning that says why.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
+import secrets
+import tempfile
 import threading as _threading  # the constructor's `threading` parameter shadows the module name
 from collections.abc import Mapping
 from typing import Any
@@ -18,11 +28,75 @@ import pyaeron
 
 from .ffi import NativeAeronError
 
-__all__ = ["EmbeddedMediaDriver"]
+__all__ = ["EmbeddedMediaDriver", "default_driver_parent"]
 
 logger = logging.getLogger(__name__)
 
 _ENV_LOCK = _threading.Lock()
+
+SHM_DIR = "/dev/shm"
+MEMORY_FILESYSTEMS = frozenset({"tmpfs", "ramfs"})
+TERM_BUFFER_LENGTH_DEFAULT = 16 * 1024 * 1024
+# Java's MediaDriver warns when its directory's file store has less free space than this many default terms.
+LOW_STORAGE_TERMS = 10
+_driver_ordinal = itertools.count()
+
+
+def filesystem_type(path: str, mounts_file: str = "/proc/mounts") -> str | None:
+    """The type of the filesystem `path` lives on (its longest mount point prefix in /proc/mounts), if known."""
+    target = os.path.realpath(path)
+    best, best_type = "", None
+    try:
+        with open(mounts_file) as mounts:
+            for line in mounts:
+                fields = line.split()
+                if len(fields) < 3:
+                    continue
+                point = fields[1].replace("\\040", " ")
+                inside = target == point or target.startswith(point.rstrip("/") + "/")
+                if inside and len(point) >= len(best):
+                    best, best_type = point, fields[2]
+    except OSError:
+        return None
+    return best_type
+
+
+def default_driver_parent(
+    term_length: int | None = None, *, shm_dir: str = SHM_DIR, mounts_file: str = "/proc/mounts"
+) -> tuple[str, str | None]:
+    """`(parent directory, why not shm)` for an embedded driver's directory: shm when it is a roomy memory fs.
+
+    The reason is None when `shm_dir` is used; otherwise it says what was wrong with it, for the caller's warning.
+    """
+    if term_length is None:
+        term_length = int(os.environ.get("AERON_TERM_BUFFER_LENGTH", TERM_BUFFER_LENGTH_DEFAULT))
+    needed = LOW_STORAGE_TERMS * max(term_length, TERM_BUFFER_LENGTH_DEFAULT)
+    if not (os.path.isdir(shm_dir) and os.access(shm_dir, os.W_OK)):
+        return tempfile.gettempdir(), f"{shm_dir} is not a writable directory"
+    fs_type = filesystem_type(shm_dir, mounts_file)
+    if fs_type not in MEMORY_FILESYSTEMS:
+        return tempfile.gettempdir(), f"{shm_dir} is not a memory filesystem (type {fs_type or 'unknown'})"
+    stats = os.statvfs(shm_dir)
+    free = stats.f_bavail * stats.f_frsize
+    if free < needed:
+        return tempfile.gettempdir(), (
+            f"{shm_dir} has {free >> 20} MiB free, less than the {needed >> 20} MiB of ten terms of log buffers"
+        )
+    return shm_dir, None
+
+
+def default_driver_dir(prefix: str = "aeron-archive", term_length: int | None = None) -> str:
+    """A new, unique driver directory path under `default_driver_parent`, warning when it is not on shm."""
+    parent, why_not = default_driver_parent(term_length)
+    if why_not is not None:
+        logger.warning(
+            "media driver files go to %s, a disk on most hosts (the kernel then writes log buffers back to it): %s; "
+            "give the driver a memory filesystem with room for its log buffers, or pass its directory explicitly",
+            parent,
+            why_not,
+        )
+    name = f"{prefix}-{os.getuid()}-{os.getpid()}-{next(_driver_ordinal)}-{secrets.token_hex(3)}"
+    return os.path.join(parent, name)
 
 
 def _env_value(value: str | int | bool) -> str:
@@ -65,8 +139,9 @@ class EmbeddedMediaDriver:
             "dir_delete_on_start": dir_delete_on_start,
             "dir_delete_on_shutdown": dir_delete_on_shutdown,
         }
-        if aeron_dir is not None:
-            kwargs["dir"] = str(aeron_dir)
+        if aeron_dir is None:
+            aeron_dir = default_driver_dir(term_length=term_buffer_length)
+        kwargs["dir"] = str(aeron_dir)
         if ipc_term_buffer_length is not None:
             kwargs["ipc_term_buffer_length"] = int(ipc_term_buffer_length)
         if mtu_length is not None:

@@ -6,6 +6,10 @@ Each figure is printed as MB/s and msgs/s, and as a ratio against the raw file b
 Peak RSS is sampled while recording and replaying a multi-GiB recording to show that memory stays flat.
 
 Run: `bash ci/bench.sh archive [--total-mib N] [--big-gib G]`.
+
+`--driver-on compare [--rounds R]` instead measures where the media driver keeps its log buffers: the same runs
+with the driver directory on the temporary directory (a disk here) and on /dev/shm (a memory filesystem, the
+default of `aeron-archive serve` where it has room), alternated, printing medians and the shm/tmp ratio.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import tempfile
 import threading
 import time
@@ -226,7 +231,13 @@ def main() -> None:
     parser.add_argument("--big-gib", type=float, default=3.0, help="size of the multi-GiB RSS run (0 to skip)")
     parser.add_argument("--sizes", default="32,256,1024,4096")
     parser.add_argument("--dir", default=None, help="work directory (default: a temp dir)")
+    parser.add_argument("--driver-on", choices=["work", "compare"], default="work",
+                        help="driver directory in the work directory, or compare the temp dir with /dev/shm")
+    parser.add_argument("--rounds", type=int, default=3, help="alternated rounds for --driver-on compare")
     args = parser.parse_args()
+    if args.driver_on == "compare":
+        compare_driver_places(args)
+        return
     work = tempfile.mkdtemp(prefix="aeron-archive-bench-", dir=args.dir)
     driver = EmbeddedMediaDriver(os.path.join(work, "driver"))
     try:
@@ -249,6 +260,39 @@ def main() -> None:
                   f"per publication/image are shared mappings)")
     finally:
         driver.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def compare_driver_places(args: argparse.Namespace) -> None:
+    """Record and replay with the driver's log buffers on the temp dir and on /dev/shm, alternated; medians."""
+    places = {"tmp": tempfile.gettempdir(), "shm": "/dev/shm"}
+    total = args.total_mib * 1024 * 1024
+    sizes = [int(s) for s in args.sizes.split(",")]
+    figures: dict[tuple[str, str, int], list[float]] = {}
+    work = tempfile.mkdtemp(prefix="aeron-archive-bench-", dir=args.dir)
+    try:
+        baseline = raw_file_baseline(work, total)
+        for round_no in range(args.rounds):
+            for place, parent in (places.items() if round_no % 2 == 0 else reversed(places.items())):
+                driver_dir = tempfile.mkdtemp(prefix="aeron-archive-bench-driver-", dir=parent)
+                os.rmdir(driver_dir)
+                driver = EmbeddedMediaDriver(driver_dir)
+                try:
+                    for size in sizes:
+                        recorded, replayed, _, _ = run_size(driver.aeron_dir, work, size, total, baseline)
+                        figures.setdefault((place, "record", size), []).append(recorded.mb_s)
+                        figures.setdefault((place, "replay", size), []).append(replayed.mb_s)
+                finally:
+                    driver.close()
+        print(f"driver log buffers on {places['tmp']} vs /dev/shm: {args.total_mib} MiB per run, "
+              f"{args.rounds} alternated rounds, medians")
+        for what in ("record", "replay"):
+            for size in sizes:
+                tmp = statistics.median(figures[("tmp", what, size)])
+                shm = statistics.median(figures[("shm", what, size)])
+                print(f"{what} {size:>5} B messages   tmp {tmp:9.1f} MB/s   shm {shm:9.1f} MB/s   "
+                      f"shm/tmp {shm / tmp:5.2f}")
+    finally:
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -24,7 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 
-AERON_DIR_PLACEHOLDER = "/tmp/...pyaeron-"
+AERON_DIR_PLACEHOLDER = "/dev/shm/aeron-archive-…"
 ARCHIVE_PLACEHOLDER = "/tmp/quickstart-archive"
 CHECKPOINT_PLACEHOLDER = "/tmp/quickstart-checkpoint"
 
@@ -99,7 +99,9 @@ def run_quickstart(tmp_path: Path, python: str, serve_cwd: Path, aeron_archive: 
         assert ready["archiveDir"] == archive_dir and ready["localControlChannel"] == "aeron:ipc"
         assert ready["controlChannel"] is None  # --control-channel none
         aeron_dir = ready["aeronDir"]
-        assert aeron_dir.endswith("pyaeron-"), aeron_dir  # the shape the README shows
+        # The shape the README shows: on shm where it is a memory filesystem with room, as Aeron's default on Linux.
+        from aeron_archive_spark.archive.native import default_driver_parent
+        assert aeron_dir.startswith(os.path.join(default_driver_parent()[0], "aeron-archive-")), aeron_dir
 
         # 2. The Python blocks, in one interpreter, with the placeholders replaced.
         replacements = {AERON_DIR_PLACEHOLDER: aeron_dir, ARCHIVE_PLACEHOLDER: archive_dir,

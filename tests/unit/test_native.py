@@ -8,10 +8,12 @@ from __future__ import annotations
 import gc
 import itertools
 import os
+import pathlib
 import queue
 import re
 import socket
 import struct
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -36,6 +38,7 @@ from aeron_archive_spark.archive.native import (
     Subscription,
     get_lib,
 )
+from aeron_archive_spark.archive.native.driver import default_driver_parent, filesystem_type
 
 HEADER = struct.Struct("<iBBhiiiiq")  # Aeron data frame header: length, version, flags, type, offset, session, stream,
 #                                      term id, reserved value
@@ -737,3 +740,38 @@ def test_departed_images_of_a_subscription_never_polled_itself_are_unmapped(
                    "no mapping of a deleted log buffer")
     finally:
         subscription.close()
+
+
+def _mounts(tmp_path: pathlib.Path, *entries: tuple[str, str]) -> str:
+    path = tmp_path / f"mounts-{len(list(tmp_path.glob('mounts-*')))}"
+    path.write_text("".join(f"dev {point} {fs_type} rw 0 0\n" for point, fs_type in entries))
+    return str(path)
+
+
+def test_driver_files_go_to_shm_only_when_it_is_a_memory_filesystem_with_room(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    memory = _mounts(tmp_path, ("/", "ext4"), (str(tmp_path), "xfs"), (str(shm), "tmpfs"))
+    assert filesystem_type(str(shm / "x"), memory) == "tmpfs"  # the longest mount point prefix wins
+    assert filesystem_type(str(tmp_path / "shmx"), memory) == "xfs"  # a prefix of the name is no mount point
+    assert default_driver_parent(16 << 20, shm_dir=str(shm), mounts_file=memory) == (str(shm), None)
+
+    disk = _mounts(tmp_path, ("/", "ext4"))
+    parent, why = default_driver_parent(16 << 20, shm_dir=str(shm), mounts_file=disk)
+    assert parent == tempfile.gettempdir() and why == f"{shm} is not a memory filesystem (type ext4)"
+
+    parent, why = default_driver_parent(16 << 20, shm_dir=str(tmp_path / "missing"), mounts_file=memory)
+    assert parent == tempfile.gettempdir() and why is not None and "not a writable directory" in why
+
+    real_statvfs = os.statvfs
+
+    def container_shm(path: str) -> object:  # a container's 64 MiB /dev/shm
+        stats = real_statvfs(path)
+        return type("Stats", (), {"f_bavail": (64 << 20) // stats.f_frsize, "f_frsize": stats.f_frsize})()
+
+    monkeypatch.setattr(os, "statvfs", container_shm)
+    parent, why = default_driver_parent(16 << 20, shm_dir=str(shm), mounts_file=memory)
+    assert parent == tempfile.gettempdir()
+    assert why == f"{shm} has 64 MiB free, less than the 160 MiB of ten terms of log buffers"
