@@ -8,20 +8,17 @@ native layer writes such a PAD through the C appender's end-of-term path: one PA
 from __future__ import annotations
 
 import struct
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from aeron_archive_spark.archive.native import (
-    ADMIN_ACTION,
-    BACK_PRESSURED,
-    NOT_CONNECTED,
     AeronClient,
     ExclusivePublication,
     Image,
     Subscription,
 )
+from tests.unit.test_native import offer_until_accepted, wait_until
 
 HEADER = struct.Struct("<iBBhiiiiq")  # length, version, flags, type, term offset, session, stream, term id, reserved
 HEADER_LENGTH = 32
@@ -31,6 +28,8 @@ TERM_LENGTH = 64 * 1024
 CHANNEL = f"aeron:ipc?term-length={TERM_LENGTH}"
 TIMEOUT_S = 10.0
 
+accepted = offer_until_accepted
+
 
 def framed(length: int, max_payload_length: int) -> int:
     """What a message takes in a term (this test's own reckoning): full MTU fragments, then the aligned rest."""
@@ -38,24 +37,6 @@ def framed(length: int, max_payload_length: int) -> int:
     return full * (max_payload_length + HEADER_LENGTH) + ((rest + HEADER_LENGTH + 31) & ~31 if rest or not full else 0)
 
 
-def wait_until(predicate: Callable[[], object], what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.001)
-
-
-def accepted(offer: Callable[[], int], what: str) -> int:
-    deadline = time.monotonic() + TIMEOUT_S
-    while True:
-        result = offer()
-        if result >= 0:
-            return result
-        assert result in (BACK_PRESSURED, ADMIN_ACTION, NOT_CONNECTED), f"{what} failed with {result}"
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out on {what}: {result}")
-        time.sleep(0.0005)
 
 
 @pytest.fixture(scope="module")
