@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Benchmarks (not part of the test run): bash ci/bench.sh archive|spark [args...]
+# Benchmarks (not part of the test run): bash ci/bench.sh archive|spark_source|spark_sink|cluster|sbe-groups|many-recordings [args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/bootstrap.sh
 which=${1:-archive}; shift || true
+which=${which//-/_}  # sbe-groups -> bench_sbe_groups
 exec .venv/bin/python -m "tests.benchmarks.bench_${which}" "$@"

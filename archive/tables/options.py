@@ -46,6 +46,11 @@ from aeron_archive_spark.archive.tables.option_table import (
 )
 
 MAX_BYTES_PER_PARTITION_DEFAULT = 64 * 1024 * 1024
+# What starting the read of one range costs, in bytes one could read meanwhile (Spark's openCostInBytes): a bounded
+# replay through an archive (a control request, a publication and an image: ~10-15 ms measured on the 2-core machine
+# of tests/benchmarks/bench_many_recordings.py), or a segment file opened and mapped (~0.3 ms with the decode).
+OPEN_COST_IN_BYTES_DEFAULT = 4 * 1024 * 1024
+OPEN_COST_IN_BYTES_ARCHIVE_DIR_DEFAULT = 256 * 1024
 MAX_TRIGGER_DELAY_MS_DEFAULT = 15 * 60_000
 
 # Per-recording values in a position JSON with Kafka's meaning: -2 earliest, -1 latest.
@@ -253,6 +258,15 @@ RECORDING_OPTIONS = OptionTable(
             "64m",
         ),
         OptionSpec(
+            "openCostInBytes",
+            parse_bytes,
+            None,
+            Mode.READ,
+            "what starting to read a recording costs, in bytes, when packing small recordings into one partition "
+            "(as spark.sql.files.openCostInBytes)",
+            "4m (256k with archiveDir)",
+        ),
+        OptionSpec(
             "failOnDataLoss",
             parse_bool,
             True,
@@ -342,6 +356,7 @@ class SourceOptions:
     min_bytes_per_trigger: int | None
     max_trigger_delay_ms: int
     max_bytes_per_partition: int
+    open_cost_in_bytes: int
     fail_on_data_loss: bool
     sbe_schema: str | None  # the schema's XML text (see archive.tables.sbe.columns.schema_text)
     sbe_message: str | None
@@ -406,6 +421,13 @@ class SourceOptions:
             min_bytes_per_trigger=min_bytes,
             max_trigger_delay_ms=parsed.get("maxTriggerDelay", MAX_TRIGGER_DELAY_MS_DEFAULT),
             max_bytes_per_partition=parsed["maxBytesPerPartition"],
+            open_cost_in_bytes=(
+                parsed["openCostInBytes"]
+                if parsed.is_set("openCostInBytes")
+                else OPEN_COST_IN_BYTES_DEFAULT
+                if archive_dir is None
+                else OPEN_COST_IN_BYTES_ARCHIVE_DIR_DEFAULT
+            ),
             fail_on_data_loss=parsed["failOnDataLoss"],
             # The XML text, read here on the driver: it travels with the plan, executors need no copy of the file.
             sbe_schema=sbe_schema,

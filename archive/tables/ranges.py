@@ -52,7 +52,14 @@ class ReadRange:
     Reading starts at `start` (the batch's start offset, a message boundary, or a term boundary inside the range,
     which may fall inside a fragmented message: leading continuation fragments are skipped) and runs past `end`
     only to finish the last message begun before `end`; it never reaches `limit` (the batch's end offset for the
-    recording, always a message boundary). Exactly one of `archive_dir` / `connection` is set.
+    recording, a message boundary, or the stop position of a stopped recording). Exactly one of `archive_dir` /
+    `connection` is set.
+
+    `ends_at_stop`: `limit` is the stop position of a recording that was stopped when the range was planned. A
+    stop is always a frame boundary, but a message may still be open there (a fragmented message cut short by a
+    crash, or by a truncation): no range can ever complete it (an extension starts a new message at the stop), so
+    the reader drops it with a warning instead of failing. This lets planning use a stopped recording's stop
+    position as it is, with no look at its last frames.
     """
 
     index: int
@@ -62,6 +69,7 @@ class ReadRange:
     limit: int
     archive_dir: str | None
     connection: ConnectionOptions | None
+    ends_at_stop: bool = False
 
     @property
     def recording_id(self) -> int:
@@ -73,8 +81,8 @@ class ReadRange:
         For reads that go on after a truncation or purge (failOnDataLoss=false): a purge moves the start up (the
         decoder skips continuation fragments there, as at any term boundary), a truncation moves the stop, and so
         the limit, down: the limit must never pass what is recorded. `stop_position` None: an active recording,
-        which cannot have been truncated. A stop inside a fragmented message leaves that message incomplete at
-        the limit, which the decoder reports; the driver plans to the message boundary before such a stop.
+        which cannot have been truncated. A limit lowered to the stop ends at the stop (`ends_at_stop`): a
+        message a truncation left open there is dropped by the reader, with a warning.
         """
         start = max(self.start, start_position)
         limit = self.limit if stop_position is None else min(self.limit, stop_position)
@@ -83,4 +91,10 @@ class ReadRange:
             return None
         if (start, end, limit) == (self.start, self.end, self.limit):
             return self
-        return ReadRange(self.index, self.recording, start, end, limit, self.archive_dir, self.connection)
+        ends_at_stop = self.ends_at_stop or limit == stop_position
+        return ReadRange(self.index, self.recording, start, end, limit, self.archive_dir, self.connection, ends_at_stop)
+
+    @property
+    def size(self) -> int:
+        """Bytes the range owns (`end - start`): what packing weighs it by."""
+        return self.end - self.start

@@ -1,24 +1,32 @@
-"""Reading one planned `ReadRange` into Arrow record batches: choose where its bytes come from, then decode.
+"""Reading planned `ReadRange`s into Arrow record batches: choose where their bytes come from, then decode.
 
 The last link of the read chain options -> connections -> chunk source -> Arrow, and the one module that knows
 both chunk sources: segment files when the range names an archive directory, bounded replays through the running
 archive otherwise. The Spark source's executors and the offline `export` both read through here.
+
+A Spark partition may hold many small ranges (small recordings packed together, see
+`archive.tables.planning.pack_ranges`): `read_ranges` reads them in order, one after the other, merging their small
+batches so that Spark sees few, large ones, and `current_descriptors` looks all their recordings up at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
+from aeron_archive_spark.archive.client.connection import ConnectionOptions
 from aeron_archive_spark.archive.client.pool import ConnectionPool, connection_pool
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
 from aeron_archive_spark.archive.storage.catalog import Catalog
 from aeron_archive_spark.archive.tables.chunks import ChunkSource, DiskChunkSource
-from aeron_archive_spark.archive.tables.decode import decode_range
+from aeron_archive_spark.archive.tables.decode import MIN_BATCH_BYTES, RangeDecoder
 from aeron_archive_spark.archive.tables.payload import PayloadDecoder
 from aeron_archive_spark.archive.tables.ranges import ReadRange
 from aeron_archive_spark.archive.tables.replay_chunks import ReplayChunkSource
+
+log = logging.getLogger(__name__)
 
 
 def open_chunk_source(read_range: ReadRange) -> ChunkSource:
@@ -28,9 +36,90 @@ def open_chunk_source(read_range: ReadRange) -> ChunkSource:
     return ReplayChunkSource()
 
 
-def read_batches(read_range: ReadRange, schema: pa.Schema, decoder: PayloadDecoder | None) -> Iterator[pa.RecordBatch]:
-    """Record batches (of exactly `schema`) of the messages that begin in `read_range`."""
-    yield from decode_range(read_range, open_chunk_source(read_range), schema, decoder)
+class _StopDecoder(RangeDecoder):
+    """A decoder for a range that ends at its recording's stop (`ends_at_stop`): a message left open there is
+    dropped with a warning, since nothing will ever complete it (see `ReadRange`)."""
+
+    def _finish(self) -> None:
+        pending = self._pending
+        if pending is not None and self._next_position >= self._p.limit:
+            log.warning(
+                "recording %d: the message beginning at position %d is incomplete at the recording's stop "
+                "position %d (cut short by a crash or a truncation); it is left out",
+                self._rid,
+                pending.position,
+                self._p.limit,
+            )
+            self._pending = None
+        super()._finish()
+
+
+def read_batches(
+    read_range: ReadRange,
+    schema: pa.Schema,
+    decoder: PayloadDecoder | None,
+    source: ChunkSource | None = None,
+    min_batch_bytes: int = MIN_BATCH_BYTES,
+) -> Iterator[pa.RecordBatch]:
+    """Record batches (of exactly `schema`) of the messages that begin in `read_range`.
+
+    `source`: where the frames come from (default: `open_chunk_source(read_range)`).
+    """
+    chunk_source = source if source is not None else open_chunk_source(read_range)
+    scanned = getattr(chunk_source, "iter_scanned_chunks", None)
+    chunks = scanned(read_range) if scanned is not None else chunk_source.iter_chunks(read_range)
+    decoding = (_StopDecoder if read_range.ends_at_stop else RangeDecoder)(read_range, schema, decoder, min_batch_bytes)
+    yield from decoding.batches(chunks)
+    log.debug(
+        "recording %d range %d [%d, %d): %d rows, %d leading fragments skipped",
+        read_range.recording_id,
+        read_range.index,
+        read_range.start,
+        read_range.end,
+        decoding.rows,
+        decoding.skipped_leading_fragments,
+    )
+
+
+def read_ranges(
+    ranges: Iterable[ReadRange], schema: pa.Schema, decoder: PayloadDecoder | None
+) -> Iterator[pa.RecordBatch]:
+    """Record batches of the messages of each range, range after range, in the order given.
+
+    Batches smaller than `MIN_BATCH_BYTES` (a small recording's few rows) are merged across ranges before they
+    are yielded: Spark's per-batch cost would otherwise dominate a partition of many small recordings. Rows keep
+    their order. One chunk source per location serves every range.
+    """
+    sources: dict[bool, ChunkSource] = {}
+    held: list[pa.RecordBatch] = []
+    held_bytes = 0
+    for read_range in ranges:
+        on_disk = read_range.archive_dir is not None
+        source = sources.get(on_disk)
+        if source is None:
+            source = sources[on_disk] = open_chunk_source(read_range)
+        for batch in read_batches(read_range, schema, decoder, source):
+            size = batch.nbytes
+            if size >= MIN_BATCH_BYTES:  # big enough alone: never copied into a merge
+                if held:
+                    yield _merge(held)
+                    held, held_bytes = [], 0
+                yield batch
+                continue
+            held.append(batch)
+            held_bytes += size
+            if held_bytes >= MIN_BATCH_BYTES:
+                yield _merge(held)
+                held, held_bytes = [], 0
+    if held:
+        yield _merge(held)
+
+
+def _merge(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    if len(batches) == 1:
+        return batches[0]
+    table = pa.Table.from_batches(batches)
+    return pa.RecordBatch.from_arrays([column.combine_chunks() for column in table.columns], schema=table.schema)
 
 
 def current_descriptor(read_range: ReadRange, pool: ConnectionPool | None = None) -> RecordingDescriptor | None:
@@ -40,10 +129,37 @@ def current_descriptor(read_range: ReadRange, pool: ConnectionPool | None = None
     planning and reading: the catalog, opened read-only, for `archiveDir`; a `ListRecording` on a session leased
     from `pool` (default: the process's `connection_pool()`) for a running archive.
     """
-    if read_range.archive_dir is not None:
-        with Catalog(read_range.archive_dir, writable=False) as catalog:
-            return catalog.find(read_range.recording_id)
-    assert read_range.connection is not None
-    lease = (pool if pool is not None else connection_pool()).archive(read_range.connection, purpose="replay")
-    with lease as archive:
-        return archive.list_recording(read_range.recording_id)
+    return current_descriptors([read_range], pool)[read_range.recording_id]
+
+
+def current_descriptors(
+    ranges: Sequence[ReadRange], pool: ConnectionPool | None = None
+) -> dict[int, RecordingDescriptor | None]:
+    """`current_descriptor` of each range's recording, by id: one catalog opening per archive directory, one
+    leased session per archive, however many ranges."""
+    found: dict[int, RecordingDescriptor | None] = {}
+    by_dir: dict[str, list[int]] = {}
+    remote: list[ReadRange] = []
+    for read_range in ranges:
+        if read_range.archive_dir is not None:
+            by_dir.setdefault(read_range.archive_dir, []).append(read_range.recording_id)
+        else:
+            remote.append(read_range)
+    for archive_dir, ids in by_dir.items():
+        with Catalog(archive_dir, writable=False) as catalog:
+            for rid in ids:
+                if rid not in found:
+                    found[rid] = catalog.find(rid)
+    if remote:
+        pool = pool if pool is not None else connection_pool()
+        by_connection: dict[ConnectionOptions | None, list[ReadRange]] = {}
+        for read_range in remote:
+            by_connection.setdefault(read_range.connection, []).append(read_range)
+        for connection_ranges in by_connection.values():
+            connection = connection_ranges[0].connection
+            assert connection is not None
+            with pool.archive(connection, purpose="replay") as archive:
+                for read_range in connection_ranges:
+                    if read_range.recording_id not in found:
+                        found[read_range.recording_id] = archive.list_recording(read_range.recording_id)
+    return found

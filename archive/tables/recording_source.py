@@ -17,10 +17,13 @@ control session per question and hands it back at once, so the replays of its bo
 replay path's own driver rule) and later questions reuse it; between micro-batches nothing is held but what the
 pool keeps idle.
 
-Both clamp ends to message boundaries: an end offset must never fall inside a fragmented message, because the next
-micro-batch starts there. `boundary_at_or_before` scans forward from a known boundary (or a term start, which
-Aeron's appenders never let a message straddle) through the same `ChunkSource` executors use, and results are
-cached per recording, so a trigger re-reads at most the new tail.
+Both clamp an active recording's end to a message boundary: an end offset must never fall inside a fragmented
+message, because the next micro-batch starts there. `boundary_at_or_before` scans forward from a known boundary
+(or a term start, which Aeron's appenders never let a message straddle) through the same `ChunkSource` executors
+use, and results are cached per recording, so a trigger re-reads at most the new tail. A stopped recording needs
+no scan when planning (`planning_end`): its stop is a frame boundary, and the reader of a range ending there drops
+a message left open by a crash or truncation (`ReadRange.ends_at_stop`), so planning a read of a thousand stopped
+recordings through an archive costs one listing, not a replay each.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from __future__ import annotations
 import logging
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -148,6 +151,19 @@ class RecordingSource(ABC):
             log.debug("recording %d: end %d clamped to message boundary %d", rid, raw, safe)
         return safe
 
+    def planning_end(self, descriptor: RecordingDescriptor, known_boundary: int | None = None) -> int:
+        """Where a read of the recording may end now: a stopped recording's stop position as it is, else `safe_end`.
+
+        A stop is always a frame boundary; a message still open there (cut short by a crash or a truncation) can
+        never be completed, since an extension starts a new message at the stop. Ranges planned up to a stop are
+        marked `ends_at_stop` (see `stopped_positions`) and their reader drops such a message, so no stopped
+        recording's frames are looked at while planning: no replay per recording through an archive. An active
+        recording's live end may fall inside a message that is still being written, so it is clamped.
+        """
+        if not descriptor.is_active:
+            return max(descriptor.stop_position, descriptor.start_position)
+        return self.safe_end(descriptor, known_boundary)
+
     def _partition(self, descriptor: RecordingDescriptor, start: int, end: int, limit: int) -> ReadRange:
         archive_dir, connection = self.partition_location()
         return ReadRange(-1, RecordingFacts.of(descriptor), start, end, limit, archive_dir, connection)
@@ -180,6 +196,11 @@ class RecordingSource(ABC):
             return limit
         found = _first_boundary(self._chunks(descriptor, start, limit), start)
         return limit if found is None or found > limit else found
+
+
+def stopped_positions(descriptors: Iterable[RecordingDescriptor]) -> dict[int, int]:
+    """Recording id -> stop position of the stopped ones: `plan_ranges`' `stops`."""
+    return {d.recording_id: d.stop_position for d in descriptors if not d.is_active}
 
 
 def _last_boundary(

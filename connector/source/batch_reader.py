@@ -11,7 +11,7 @@ from pyspark.sql.types import StructType
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
 from aeron_archive_spark.archive.tables.options import EARLIEST, LATEST
 from aeron_archive_spark.archive.tables.ranges import RecordingFacts
-from aeron_archive_spark.archive.tables.recording_source import RecordingSource
+from aeron_archive_spark.archive.tables.recording_source import RecordingSource, stopped_positions
 from aeron_archive_spark.connector.source.partition import plan_partitions
 from aeron_archive_spark.connector.source.reader import ReaderBase
 
@@ -53,7 +53,7 @@ def resolve_start(
 
 
 class AeronArchiveBatchReader(ReaderBase, DataSourceReader):
-    """Plans once on the driver: each selected recording's range, cut into term-aligned partitions."""
+    """Plans once on the driver: each selected recording's range, cut into term-aligned pieces, small ones packed."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self._setup(options, schema, streaming=False)
@@ -63,8 +63,9 @@ class AeronArchiveBatchReader(ReaderBase, DataSourceReader):
         source = self.source
         try:
             ranges = []
-            for rid, descriptor in source.selected().items():
-                available = source.safe_end(descriptor)
+            selected = source.selected()
+            for rid, descriptor in selected.items():
+                available = source.planning_end(descriptor)
                 start = resolve_start(
                     source,
                     descriptor,
@@ -87,8 +88,20 @@ class AeronArchiveBatchReader(ReaderBase, DataSourceReader):
             if not ranges:
                 log.warning("no recordings match %s in the %s", options.selection.describe(), source.describe())
             archive_dir, connection = source.partition_location()
-            partitions = plan_partitions(ranges, options.max_bytes_per_partition, archive_dir, connection)
-            log.info("batch read of %s: %d partitions", options.selection.describe(), len(partitions))
+            partitions = plan_partitions(
+                ranges,
+                options.max_bytes_per_partition,
+                options.open_cost_in_bytes,
+                archive_dir,
+                connection,
+                stopped_positions(selected.values()),
+            )
+            log.info(
+                "batch read of %s: %d recordings in %d partitions",
+                options.selection.describe(),
+                len(ranges),
+                len(partitions),
+            )
             return partitions
         finally:
             self._close_source()

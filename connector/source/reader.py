@@ -8,18 +8,19 @@ the partition plus the parsed options.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
+from aeron_archive_spark.archive.descriptor import RecordingDescriptor
 from aeron_archive_spark.archive.tables.option_table import OptionError
 from aeron_archive_spark.archive.tables.options import SourceOptions
 from aeron_archive_spark.archive.tables.payload import PayloadDecoder, payload_decoder
 from aeron_archive_spark.archive.tables.ranges import ReadRange
-from aeron_archive_spark.archive.tables.read import current_descriptor, read_batches
+from aeron_archive_spark.archive.tables.read import current_descriptors, read_ranges
 from aeron_archive_spark.archive.tables.recording_source import (
     RecordingSource,
     open_recording_source,
@@ -81,26 +82,34 @@ class ReaderBase:
             source.close()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Record batches of the messages that begin in the partition (executor side)."""
+        """Record batches of the messages that begin in the partition's ranges, range after range (executor side)."""
         if not isinstance(partition, AeronArchivePartition):
             return  # Spark's stand-in `InputPartition(None)` when planning found nothing to read
-        readable = self._skip_lost_data(partition.read_range)
-        if readable is None:
-            return
-        yield from read_batches(readable, self._arrow_schema, self._payload_decoder())
+        readable = self._skip_lost_data(partition.read_ranges)
+        if readable:
+            yield from read_ranges(readable, self._arrow_schema, self._payload_decoder())
 
-    def _skip_lost_data(self, partition: ReadRange) -> ReadRange | None:
-        """With failOnDataLoss=false, read only what still exists of a range truncated or purged since planning.
+    def _skip_lost_data(self, ranges: Sequence[ReadRange]) -> list[ReadRange]:
+        """With failOnDataLoss=false, read only what still exists of ranges truncated or purged since planning.
 
         The driver clips a planned batch to what exists when it plans it (also when a restarted query re-runs a
         batch from its offset log), but a truncation or purge can still land between planning and this read; the
-        recording is looked up again (catalog, or `ListRecording` through the archive) so the read neither fails
-        on the missing bytes nor waits for them. With failOnDataLoss=true the read goes ahead and fails there,
-        naming the recording and position.
+        recordings are looked up again (catalog, or `ListRecording` through the archive, once for all the
+        partition's ranges) so the read neither fails on the missing bytes nor waits for them. With
+        failOnDataLoss=true the read goes ahead and fails there, naming the recording and position.
         """
         if self.options.fail_on_data_loss:
-            return partition
-        descriptor = current_descriptor(partition)
+            return list(ranges)
+        descriptors = current_descriptors(ranges)
+        readable = []
+        for partition in ranges:
+            surviving = self._surviving(partition, descriptors.get(partition.recording_id))
+            if surviving is not None:
+                readable.append(surviving)
+        return readable
+
+    @staticmethod
+    def _surviving(partition: ReadRange, descriptor: RecordingDescriptor | None) -> ReadRange | None:
         rid, start, end = partition.recording_id, partition.start, partition.end
         if descriptor is None:
             log.warning("recording %d vanished before partition [%d, %d) was read; skipping it", rid, start, end)

@@ -24,6 +24,7 @@ from pyspark.sql.types import StructType
 
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
 from aeron_archive_spark.archive.tables.ranges import RecordingFacts
+from aeron_archive_spark.archive.tables.recording_source import stopped_positions
 from aeron_archive_spark.connector.source.batch_reader import (
     DataLossError,
     resolve_start,
@@ -70,7 +71,7 @@ class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTrigg
             source = self.source
             positions = {}
             for rid, descriptor in source.selected().items():
-                end = source.safe_end(descriptor)
+                end = source.planning_end(descriptor)
                 positions[rid] = resolve_start(
                     source,
                     descriptor,
@@ -98,7 +99,7 @@ class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTrigg
         which `latestOffset` reports (or carries on without, failOnDataLoss=false).
         """
         source = self.source
-        self._target = {rid: source.safe_end(d) for rid, d in sorted(source.list_selected().items())}
+        self._target = {rid: source.planning_end(d) for rid, d in sorted(source.list_selected().items())}
         log.info(
             "Trigger.AvailableNow: reading %s up to %s", self.options.selection.describe(), to_offset(self._target)
         )
@@ -131,7 +132,7 @@ class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTrigg
                 if rid in starts:
                     self._vanished(rid, starts[rid])
                 continue  # an explicitly named recording that does not exist yet: nothing to read
-            available = source.safe_end(descriptor, known_boundary=starts.get(rid))
+            available = source.planning_end(descriptor, known_boundary=starts.get(rid))
             checkpointed = starts.get(rid, descriptor.start_position)
             begin = self._rewound(rid, checkpointed)
             if begin == checkpointed:
@@ -263,7 +264,14 @@ class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTrigg
             if stop > begin:
                 ranges.append((RecordingFacts.of(descriptor), begin, stop, stop))
         archive_dir, connection = self.source.partition_location()
-        partitions = plan_partitions(ranges, self.options.max_bytes_per_partition, archive_dir, connection)
+        partitions = plan_partitions(
+            ranges,
+            self.options.max_bytes_per_partition,
+            self.options.open_cost_in_bytes,
+            archive_dir,
+            connection,
+            stopped_positions(descriptors.values()),
+        )
         log.debug("micro-batch %s -> %s: %d partitions", start, end, len(partitions))
         return partitions
 

@@ -184,8 +184,9 @@ def test_surviving_range():
     r = ReadRange(0, facts, 1024, 4096, 8192, "/dir", None)
     assert r.surviving(0, None) is r
     assert r.surviving(0, 9000) is r
-    assert r.surviving(0, 3000) == ReadRange(0, facts, 1024, 3000, 3000, "/dir", None)
-    assert r.surviving(0, 6000) == ReadRange(0, facts, 1024, 4096, 6000, "/dir", None)
+    # a limit lowered to the new stop ends at the stop: a message the truncation left open there is dropped
+    assert r.surviving(0, 3000) == ReadRange(0, facts, 1024, 3000, 3000, "/dir", None, ends_at_stop=True)
+    assert r.surviving(0, 6000) == ReadRange(0, facts, 1024, 4096, 6000, "/dir", None, ends_at_stop=True)
     assert r.surviving(2048, None) == ReadRange(0, facts, 2048, 4096, 8192, "/dir", None)
     assert r.surviving(0, 1024) is None
     assert r.surviving(4096, None) is None

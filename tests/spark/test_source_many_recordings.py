@@ -1,0 +1,100 @@
+"""Many small recordings selected by channel: packed into few partitions, planned with no replay per recording."""
+
+from __future__ import annotations
+
+import pytest
+from spark.test_source_support import Recorder, source_options
+from system.harness import SMALL_TERM, Harness, payloads_of
+
+from aeron_archive_spark.archive.constants import RecordingSignal, SourceLocation
+from aeron_archive_spark.connector.source.batch_reader import AeronArchiveBatchReader
+from aeron_archive_spark.connector.source.schema import FIXED_FIELDS
+
+pytestmark = pytest.mark.spark
+
+COLUMNS = ["recordingId", "position", "sessionId", "streamId", "reservedValue", "value"]
+CHANNEL = f"aeron:ipc?term-length={SMALL_TERM}"
+STREAM = 4301
+COUNT = 200
+
+
+@pytest.fixture(scope="module")
+def many(aeron_dir, tmp_path_factory):
+    """COUNT small stopped recordings on one channel + stream; the last one truncated inside a fragmented message.
+
+    Yields (harness, expected rows as (recordingId, position, value), the truncated recording's dropped message).
+    """
+    h = Harness(aeron_dir, str(tmp_path_factory.mktemp("many") / "archive"))
+    try:
+        h.client.start_recording(CHANNEL, STREAM, SourceLocation.LOCAL)
+        recorders = []
+        stops = len(h.signals.of(RecordingSignal.STOP))
+        for i in range(COUNT):
+            rec = Recorder(h, CHANNEL, STREAM, start=False)
+            sizes = [10 + i % 50, 200, 3 * (i % 7)] + ([5000] if i % 40 == 0 or i == COUNT - 1 else [])
+            rec.publish(payloads_of(sizes, seed=i))
+            rec.publication.close()
+            recorders.append(rec)
+        h.await_signal(RecordingSignal.STOP, count=stops + COUNT, timeout=60)
+        h.client.stop_recording(CHANNEL, STREAM)
+        # A crash or truncation can leave a recording's last message incomplete: cut the last recording one frame
+        # into its 5000-byte (fragmented) message. Its stop is then a frame boundary inside that message.
+        last = recorders[-1]
+        cut_position = last.messages[-1][0]
+        h.client.truncate_recording(last.recording_id, cut_position + 1408)
+        last.messages.pop()
+        expected = sorted(
+            (rec.recording_id, position, payload) for rec in recorders for position, payload in rec.messages
+        )
+        yield h, expected, (last.recording_id, cut_position)
+    finally:
+        h.close()
+
+
+def rows(df) -> list[tuple]:
+    return sorted((r.recordingId, r.position, bytes(r.value)) for r in df.select(*COLUMNS).collect())
+
+
+@pytest.mark.parametrize("path", ["archiveDir", "replay"])
+def test_many_small_recordings_read_by_channel_are_packed_and_give_every_whole_message(spark, many, path):
+    h, expected, _ = many
+    options = source_options(h, remote=path == "replay", channel=CHANNEL, streamId=STREAM)
+    df = spark.read.format("aeron-archive").options(**options).load()
+    partitions = df.rdd.getNumPartitions()
+    # 200 recordings of ~300-5300 bytes: 256k open cost with archiveDir (one partition), 4m through the archive
+    # (16 recordings per 64m partition)
+    assert partitions == (1 if path == "archiveDir" else 13)
+    assert rows(df) == expected  # the message the truncation left open is left out
+    # within each partition: recordings in id order, each recording's rows in position order
+    for part in df.select("recordingId", "position").rdd.glom().collect():
+        keys = [(r.recordingId, r.position) for r in part]
+        assert keys == sorted(keys)
+
+
+@pytest.mark.parametrize("path", ["archiveDir", "replay"])
+def test_open_cost_and_max_bytes_bound_how_many_recordings_share_a_task(spark, many, path):
+    h, expected, _ = many
+    options = source_options(h, remote=path == "replay", channel=CHANNEL, streamId=STREAM,
+                             openCostInBytes="64k", maxBytesPerPartition="1m")
+    df = spark.read.format("aeron-archive").options(**options).load()
+    assert df.rdd.getNumPartitions() == 13  # ~64k weight each: 15-16 per 1 MiB partition
+    assert rows(df) == expected
+
+
+def test_planning_through_the_archive_replays_nothing(many):
+    h, _, (truncated_id, cut_position) = many
+    assert h.archive is not None
+    conductor = h.archive.conductor
+    options = source_options(h, remote=True, channel=CHANNEL, streamId=STREAM)
+    reader = AeronArchiveBatchReader({k.lower(): v for k, v in options.items()}, FIXED_FIELDS)
+    replays = conductor._replay_id
+    partitions = reader.partitions()
+    assert conductor._replay_id == replays  # ends come from the catalog, no replay per recording
+    ranges = [r for p in partitions for r in p.read_ranges]
+    assert len(ranges) == COUNT and all(r.ends_at_stop and r.end == r.limit for r in ranges)
+    truncated = next(r for r in ranges if r.recording_id == truncated_id)
+    assert truncated.end == cut_position + 1408  # the stop itself, inside the message: the reader drops it
+    # reading replays each range once, with one lookup session per partition
+    rows_read = sum(batch.num_rows for p in partitions for batch in reader.read(p))
+    assert conductor._replay_id - replays == COUNT
+    assert rows_read == len(many[1])
