@@ -152,8 +152,6 @@ def test_all_messages_of_a_schema_in_one_stream(schema: str) -> None:
         assert got == want, name
 
 
-@pytest.mark.xfail(strict=True, reason="archive/tables/sbe/encode.py: a group's missing struct field is reported "
-                   "as a root column, with the root's column list")
 def test_missing_required_struct_field_is_named_with_its_group() -> None:
     """The sink's error for a group entry's missing required field should name the group and its entry fields."""
     from aeron_archive_spark.archive.tables.sbe.columns import SbeEncodeError

@@ -172,23 +172,34 @@ class SbeEncoder:
 
     # ---- fixed fields -----------------------------------------------------------------------------------------
 
-    def _missing(self, col: ColumnSpec, n: int) -> np.ndarray:
+    def _missing(self, col: ColumnSpec, n: int, group: ColumnSpec | None = None) -> np.ndarray:
+        """Null values for an absent column, or an error naming it if the field is required.
+
+        Inside a group (`group`, the group's column), the struct field is named with its group's path and the
+        error lists the entry's own fields, not the message's columns.
+        """
         f = col.field
         assert f is not None
         if col.kind in (Kind.TEXT, Kind.BYTES) or f.optional:
             return np.full(
                 n, f.null_value if not isinstance(f.null_value, str | bytes) else b"", dtype=wire_dtype(self._codec, f)
             )
+        if group is not None:
+            raise SbeEncodeError(
+                f"missing struct field {col.name!r} in the entries of column {group.name!r}: required field {f.name} "
+                f"of group {group.schema_name} of SBE message {self._spec.name} (its fields: "
+                f"{', '.join(c.name for c in group.children)})"
+            )
         raise SbeEncodeError(
             f"missing column {col.name!r}: required field {f.name} of SBE message "
             f"{self._spec.name} (columns: {', '.join(self.input_columns)})"
         )
 
-    def _fixed(self, col: ColumnSpec, arr: pa.Array | None, n: int) -> np.ndarray:
+    def _fixed(self, col: ColumnSpec, arr: pa.Array | None, n: int, group: ColumnSpec | None = None) -> np.ndarray:
         if arr is None:
             if col.kind is Kind.ARRAY:
                 return self._fixed_array(col, pa.nulls(n, type=col.arrow_type), n)
-            return self._missing(col, n)
+            return self._missing(col, n, group)
         f = col.field
         assert f is not None
         if col.kind in (Kind.TEXT, Kind.BYTES):
@@ -444,7 +455,7 @@ class SbeEncoder:
             elif child.kind is Kind.GROUP:
                 nested.append(self._group(child, value, m))
             elif child.is_fixed:
-                records[child.attr] = self._fixed(child, value, m)
+                records[child.attr] = self._fixed(child, value, m, col)
             else:
                 var_parts.append((child, *self._var(child, value, m)))
         entry_size = np.full(m, g.block_length, dtype=np.int64)
