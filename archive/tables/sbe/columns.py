@@ -59,6 +59,8 @@ MESSAGE_COLUMN = "sbeMessage"
 # What an enum value missing from the schema decodes as (Java's generated `SBE_UNKNOWN`).
 UNKNOWN_ENUM = "SBE_UNKNOWN"
 
+_VIEW_INLINE = 12  # Arrow string_view keeps strings of <= 12 bytes inside the view
+_VIEW = np.dtype((np.void, 16))
 _UNSIGNED_WIDEN = {"uint8": np.int16, "uint16": np.int32, "uint32": np.int64}
 _ARROW_INT = {
     "int8": pa.int8(),
@@ -350,11 +352,14 @@ def fixed_to_arrow(col: ColumnSpec, raw: np.ndarray, absent: np.ndarray | None =
         return fixed_bytes_to_arrow(matrix, col.kind is Kind.TEXT, f.text_encoding, absent, col.name)
     if col.kind is Kind.ARRAY:
         return array_to_arrow(col, raw, absent)
-    values = _native(raw)
     null = None if absent is None else absent.copy()
     if col.kind is Kind.ENUM:
         assert f.enum is not None
-        return enum_to_arrow(values, f.enum.values, f.enum.null_value, null)
+        codes = raw if raw.dtype.isnative else _native(raw)  # looked up in place: no copy of the codes
+        return enum_to_arrow(codes, f.enum.values, f.enum.null_value, null)
+    # One copy out of the (strided) records: straight to the widened type for unsigned ints.
+    widen = _UNSIGNED_WIDEN.get(f.primitive_type)
+    values = raw.astype(widen) if widen is not None else _native(raw)
     if f.optional:
         is_null = (
             np.isnan(values)
@@ -364,10 +369,7 @@ def fixed_to_arrow(col: ColumnSpec, raw: np.ndarray, absent: np.ndarray | None =
         null = is_null if null is None else (null | is_null)
     mask = _mask_or_none(null)
     if f.primitive_type == "uint64":
-        return pa.array(values, type=pa.uint64(), mask=mask).cast(pa.decimal128(20, 0))
-    widen = _UNSIGNED_WIDEN.get(f.primitive_type)
-    if widen is not None:
-        values = values.astype(widen)
+        return uint64_to_decimal(values, mask)
     return pa.array(values, type=col.arrow_type, mask=mask)
 
 
@@ -388,7 +390,7 @@ def array_to_arrow(col: ColumnSpec, raw: np.ndarray, absent: np.ndarray | None =
     mask = _mask_or_none(null)
     element_type = _element_type(f.primitive_type)
     if f.primitive_type == "uint64":
-        elements = pa.array(values, type=pa.uint64(), mask=mask).cast(element_type)
+        elements = uint64_to_decimal(values, mask)
     else:
         widen = _UNSIGNED_WIDEN.get(f.primitive_type)
         elements = pa.array(values if widen is None else values.astype(widen), type=element_type, mask=mask)
@@ -399,21 +401,109 @@ def array_to_arrow(col: ColumnSpec, raw: np.ndarray, absent: np.ndarray | None =
     )
 
 
+def _validity(mask: np.ndarray | None) -> pa.Buffer | None:
+    """Arrow validity bitmap (1 = valid) for a null mask, None when nothing is null."""
+    if mask is None or not mask.any():
+        return None
+    return pa.py_buffer(np.packbits(~mask, bitorder="little"))
+
+
+def uint64_to_decimal(values: np.ndarray, mask: np.ndarray | None) -> pa.Array:
+    """uint64 values as decimal(20,0), built from buffers: each value is the low half of a 128-bit integer."""
+    words = np.zeros((len(values), 2), dtype=np.uint64)
+    words[:, 0 if np.little_endian else 1] = values
+    validity = _validity(mask)
+    return pa.Array.from_buffers(
+        pa.decimal128(20, 0),
+        len(values),
+        [validity, pa.py_buffer(words)],
+        null_count=-1 if validity is not None else 0,
+    )
+
+
+@dataclass(frozen=True)
+class _EnumTable:
+    """An enum's names as Arrow `string_view` views (16 bytes each), and per code type a code -> view table.
+
+    View `len(known)` is `SBE_UNKNOWN`; the last one (empty) stands for the null value.
+    """
+
+    known: np.ndarray
+    views: np.ndarray
+    data: pa.Buffer
+    lookup: dict[str, np.ndarray]
+
+
+@functools.lru_cache(maxsize=256)
+def _enum_table(items: tuple[tuple[str, int], ...]) -> _EnumTable:
+    names = [k.encode() for k, _ in items] + [UNKNOWN_ENUM.encode(), b""]
+    views = np.zeros((len(names), 4), dtype=np.uint32)
+    data = bytearray()
+    for i, name in enumerate(names):
+        views[i, 0] = len(name)
+        if len(name) <= _VIEW_INLINE:
+            views[i, 1:] = np.frombuffer(name.ljust(_VIEW_INLINE, b"\0"), dtype=np.uint32)
+        else:
+            views[i, 1] = np.frombuffer(name[:4], dtype=np.uint32)[0]
+            views[i, 3] = len(data)  # buffer index 0, offset
+            data += name
+    return _EnumTable(
+        np.array([v for _, v in items], dtype=np.int64),
+        views.view(_VIEW).reshape(len(names)),
+        pa.py_buffer(bytes(data) or b"\0"),
+        {},
+    )
+
+
+def _view_index(table: _EnumTable, codes: np.ndarray, null_value: int) -> np.ndarray:
+    """Index of each code's view: its name's, else SBE_UNKNOWN's; the null value's is the last (empty) one."""
+    known = table.known
+    found = np.searchsorted(known, codes)
+    clipped = np.minimum(found, max(len(known) - 1, 0))
+    hit = (known[clipped] == codes) if len(known) else np.zeros(len(codes), dtype=bool)
+    index = np.where(hit, clipped, len(known))
+    index[codes == null_value] = len(table.views) - 1
+    return index
+
+
+def _enum_lookup(table: _EnumTable, dtype: np.dtype, null_value: int) -> np.ndarray:
+    """The view of every code of a 1- or 2-byte code type, indexed by the code's unsigned bit pattern."""
+    key = f"{dtype.str}:{null_value}"
+    lookup = table.lookup.get(key)
+    if lookup is None:
+        codes = np.arange(1 << (8 * dtype.itemsize), dtype=f"u{dtype.itemsize}").view(dtype.newbyteorder("="))
+        lookup = table.views[_view_index(table, codes.astype(np.int64), null_value)]
+        table.lookup[key] = lookup
+    return lookup
+
+
 def enum_to_arrow(
     codes: np.ndarray, values: Mapping[str, int], null_value: int, null: np.ndarray | None = None
 ) -> pa.Array:
-    """Enum codes to their names: one searchsorted over the schema's values and one Arrow take."""
-    items = sorted(values.items(), key=lambda kv: kv[1])
-    known = np.array([v for _, v in items], dtype=np.int64)
-    names = pa.array([k for k, _ in items] + [UNKNOWN_ENUM], type=pa.string())
-    codes64 = codes.astype(np.int64)
-    idx = np.searchsorted(known, codes64)
-    clipped = np.minimum(idx, max(len(known) - 1, 0))
-    hit = (known[clipped] == codes64) if len(known) else np.zeros(len(codes64), dtype=bool)
-    idx = np.where(hit, clipped, len(known)).astype(np.int32)
-    is_null = codes64 == null_value
-    mask = is_null if null is None else (null | is_null)
-    return names.take(pa.array(idx, type=pa.int32(), mask=_mask_or_none(mask)))
+    """Enum codes to their names, without a string per row.
+
+    Each name is a precomputed 16-byte Arrow `string_view` view; 1- and 2-byte codes (the usual enum encodings)
+    pick theirs with one table lookup, wider codes by a search over the schema's values. The view array is then
+    cast to `string` in C++.
+    """
+    table = _enum_table(tuple(sorted(values.items(), key=lambda kv: kv[1])))
+    if codes.dtype.itemsize <= 2 and codes.dtype.kind in "iu":
+        views = _enum_lookup(table, codes.dtype, null_value)[codes.view(f"u{codes.dtype.itemsize}")]
+        in_range = np.iinfo(codes.dtype).min <= null_value <= np.iinfo(codes.dtype).max
+        is_null = codes == null_value if in_range else None
+    else:
+        index = _view_index(table, codes.astype(np.int64), null_value)
+        views = table.views[index]
+        is_null = index == len(table.views) - 1
+    mask = null if is_null is None else (is_null if null is None else (null | is_null))
+    validity = _validity(mask)
+    array = pa.Array.from_buffers(
+        pa.string_view(),
+        len(views),
+        [validity, pa.py_buffer(views), table.data],
+        null_count=-1 if validity is not None else 0,
+    )
+    return array.cast(pa.string())
 
 
 def fixed_bytes_to_arrow(
@@ -534,4 +624,7 @@ def constant_to_arrow(col: ColumnSpec, n: int) -> pa.Array:
     value = f.constant
     if f.enum is not None:
         value = next((k for k, v in f.enum.values.items() if v == value), UNKNOWN_ENUM)
-    return pa.repeat(pa.scalar(value, type=col.arrow_type), n)
+    arrow_type = col.arrow_type
+    if pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type):
+        return pa.array(np.full(n, value, dtype=arrow_type.to_pandas_dtype()), type=arrow_type)
+    return pa.repeat(pa.scalar(value, type=arrow_type), n)
