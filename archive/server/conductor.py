@@ -71,6 +71,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+SESSION_EVENT_LINES_PER_SECOND = 20
+
 type Listing = ListRecordingsSession | ListRecordingSubscriptionsSession
 
 
@@ -107,6 +109,8 @@ class ArchiveConductor(Agent):
         self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         # Faults a peer can repeat at will are logged at most once a second per kind, with periodic counts.
         self._request_faults = RateLimitedLog(log, clock=ctx.nano_clock)
+        # Sessions connecting and closing are ordinary events, logged line by line; only a flood is summarised.
+        self._session_events = RateLimitedLog(log, clock=ctx.nano_clock, burst=SESSION_EVENT_LINES_PER_SECOND)
         self._next_fault_flush_ns = 0
         self._now_ns = ctx.nano_clock()  # this duty cycle's time, for sessions created by its requests
         self._control_sessions: dict[int, ControlSession] = {}
@@ -216,6 +220,7 @@ class ArchiveConductor(Agent):
         if now_ns >= self._next_fault_flush_ns:
             self._next_fault_flush_ns = now_ns + DEFAULT_INTERVAL_NS
             self._request_faults.flush()
+            self._session_events.flush()
             control_session_fault_log.flush()
         if work:
             self.counters.publish_recorder(self.recorder_totals)
@@ -276,7 +281,7 @@ class ArchiveConductor(Agent):
             )
         self._control_sessions[control_session_id] = session
         self.counters.control_sessions.set(len(self._control_sessions))
-        self._request_faults.info(
+        self._session_events.info(
             "control session connect",
             "control session %d: connect from %s (response %s stream %d)",
             control_session_id,
@@ -302,7 +307,7 @@ class ArchiveConductor(Agent):
             session.counter = None
         self._control_sessions.pop(session.control_session_id, None)
         self.counters.control_sessions.set(len(self._control_sessions))
-        self._request_faults.info(
+        self._session_events.info(
             "control session closed", "control session %d closed: %s", session.control_session_id, session.abort_reason
         )
 

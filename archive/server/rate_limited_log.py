@@ -7,7 +7,9 @@ would flood the log and, with a traceback each, cost more than handling the mess
 occurrence of a kind in an interval is written, later ones in the same interval are only counted, and the count
 is reported on the next line of that kind or by `flush` once the interval has passed, so nothing is hidden.
 
-The clock is injected (nanoseconds, `time.monotonic_ns` by default) so tests can drive it.
+The clock is injected (nanoseconds, `time.monotonic_ns` by default) so tests can drive it. `burst` lets a log of
+ordinary events (control sessions connecting and closing) write up to that many lines per interval and kind
+before it starts counting, so normal traffic is logged line by line and only a flood is summarised.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ MAX_KINDS = 1024
 
 @dataclass
 class _KindState:
-    last_logged_ns: int
+    last_logged_ns: int  # start of the current interval: when its first line was written
     suppressed: int = 0
     level: int = logging.WARNING
+    written: int = 0  # lines written in the current interval
 
 
 class RateLimitedLog:
@@ -38,9 +41,13 @@ class RateLimitedLog:
         logger: logging.Logger,
         interval_ns: int = DEFAULT_INTERVAL_NS,
         clock: Callable[[], int] = time.monotonic_ns,
+        burst: int = 1,
     ) -> None:
+        if burst < 1:
+            raise ValueError(f"burst must be at least 1, got {burst}")
         self._logger = logger
         self._interval_ns = interval_ns
+        self._burst = burst
         self._clock = clock
         self._kinds: dict[str, _KindState] = {}
         self._pending = 0  # suppressed lines not reported yet, over all kinds
@@ -69,7 +76,8 @@ class RateLimitedLog:
             return False
         now = self._clock()
         state = self._kinds.get(kind)
-        if state is not None and now - state.last_logged_ns < self._interval_ns:
+        in_interval = state is not None and now - state.last_logged_ns < self._interval_ns
+        if state is not None and in_interval and state.written >= self._burst:
             state.suppressed += 1
             state.level = max(state.level, level)
             self._pending += 1
@@ -79,7 +87,10 @@ class RateLimitedLog:
                 self._kinds.clear()  # never grow without bound; at worst a few extra lines are written
                 self._pending = 0
             state = self._kinds[kind] = _KindState(now, level=level)
-        suppressed, state.suppressed, state.last_logged_ns = state.suppressed, 0, now
+        elif not in_interval:
+            state.last_logged_ns, state.written = now, 0
+        suppressed, state.suppressed = state.suppressed, 0
+        state.written += 1
         state.level = level
         self._pending -= suppressed
         if suppressed:
@@ -118,6 +129,6 @@ class RateLimitedLog:
                 )
                 self._pending -= state.suppressed
                 state.suppressed = 0
-                state.last_logged_ns = now
+                state.last_logged_ns, state.written = now, 1
                 written += 1
         return written

@@ -264,7 +264,9 @@ def test_a_hundred_thousand_malformed_messages_are_all_counted_logged_rate_limit
     records = [r for r in caplog.records if r.name == CONDUCTOR_LOG]
     seconds = 10 + 2
     kinds = 4  # malformed, unexpected message, unknown session, failed request
-    assert len(caplog.records) == len(records)  # nothing else wrote a line per message
+    # Nothing else wrote a line per message (other threads of the test process may log a line or two meanwhile).
+    others = [f"{r.name}: {r.getMessage()}" for r in caplog.records if r.name != CONDUCTOR_LOG]
+    assert len(others) <= kinds * (seconds + 1), others[:20]
     assert len(records) <= 2 * kinds * (seconds + 1), [r.getMessage() for r in records[:20]]
     assert sum(r.exc_info is not None for r in records) == 0  # refusals carry no traceback
     written = reported = 0

@@ -101,3 +101,19 @@ def test_the_table_of_kinds_stays_bounded(rig: tuple[RateLimitedLog, FakeClock, 
         log.info(f"kind {i}", "x")
         log.info(f"kind {i}", "x")
     assert len(log._kinds) <= MAX_KINDS
+
+
+def test_a_burst_writes_that_many_lines_per_interval_before_counting(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    clock = FakeClock()
+    events = RateLimitedLog(logging.getLogger(LOGGER), clock=clock, burst=3)
+    for n in range(5):
+        events.info("closed", "session %d closed", n)
+    assert lines(caplog) == ["session 0 closed", "session 1 closed", "session 2 closed"]
+    assert events.suppressed("closed") == 2
+    clock.advance(SECOND)
+    events.info("closed", "session %d closed", 5)  # a new interval: written, with the count of the last one
+    events.info("closed", "session %d closed", 6)
+    assert lines(caplog)[3:] == ["session 5 closed (2 more like this suppressed)", "session 6 closed"]
+    with pytest.raises(ValueError, match="burst"):
+        RateLimitedLog(logging.getLogger(LOGGER), burst=0)
