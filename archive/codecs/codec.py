@@ -1486,27 +1486,8 @@ class SbeCodec:
         for g in c.group_layouts:
             entries, pos = _decode_group(g, buffer, pos, end, version)
             append(entries)
-        for unpack_len, _pack, _pack_into, len_size, max_len, encoding, since, attr in c.var_layouts:
-            if since > version:
-                append("" if encoding else b"")
-                continue
-            if pos + len_size > end:
-                raise CodecError(
-                    f"buffer too short for the length of var field {attr} of message {c.name} at "
-                    f"offset {pos}: {end - pos} bytes remain"
-                )
-            n = unpack_len(buffer, pos)[0]
-            pos += len_size
-            if n > max_len:
-                raise CodecError(f"var field {attr} of message {c.name} length {n} exceeds the maximum {max_len}")
-            if pos + n > end:
-                raise CodecError(
-                    f"var field {attr} of message {c.name} length {n} exceeds the remaining "
-                    f"{end - pos} bytes at offset {pos}"
-                )
-            chunk = buffer[pos : pos + n]
-            append(str(chunk, encoding, "replace") if encoding else bytes(chunk))
-            pos += n
+        if c.var_layouts:
+            pos = _decode_var(c, buffer, pos, end, version, values)  # errors name "message <name>" (its label)
         append(block_length)
         append(version)
         append(pos - start)
