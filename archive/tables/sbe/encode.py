@@ -27,7 +27,7 @@ except for text in a character encoding other than ASCII/UTF-8.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -146,19 +146,7 @@ class SbeEncoder:
         records = np.zeros(n, dtype=self._dtype)
         for name, value in self._header_values.items():
             records[_HEADER_PREFIX + name] = value
-        var_parts: list[tuple[ColumnSpec, np.ndarray, np.ndarray, np.ndarray]] = []
-        groups: list[_Entries] = []
-        for col in self._columns:
-            arr = given.get(col.name.lower())
-            if col.kind is Kind.CONSTANT:
-                if arr is not None:
-                    self._check_constant(col, arr)
-            elif col.kind is Kind.GROUP:
-                groups.append(self._group(col, arr, n))
-            elif col.is_fixed:
-                records[col.attr] = self._fixed(col, arr, n)
-            else:
-                var_parts.append((col, *self._var(col, arr, n)))
+        groups, var_parts = self._fill_block(self._columns, given, records, n)
         fixed = records.view(np.uint8).reshape(n * self._dtype.itemsize)
         if not var_parts and not groups:
             offsets = np.arange(n + 1, dtype=np.int64) * self._dtype.itemsize
@@ -169,6 +157,36 @@ class SbeEncoder:
                 )
             return _binary_array(n, offsets, fixed)
         return self._with_var_data(records, groups, var_parts, n)
+
+    # ---- one block: the message's, or the entries' of a group --------------------------------------------------
+
+    def _fill_block(
+        self,
+        columns: Sequence[ColumnSpec],
+        given: Mapping[str, pa.Array],
+        records: np.ndarray,
+        n: int,
+        group: ColumnSpec | None = None,
+    ) -> tuple[list[_Entries], list[tuple[ColumnSpec, np.ndarray, np.ndarray, np.ndarray]]]:
+        """Write the fixed fields of `columns` into `records` (n rows); return their groups and var data.
+
+        The same for a message's block and for a group's entries (`group`: the group's column, so a missing
+        required field is named with it); constants are only checked, nested groups encoded recursively.
+        """
+        groups: list[_Entries] = []
+        var_parts: list[tuple[ColumnSpec, np.ndarray, np.ndarray, np.ndarray]] = []
+        for col in columns:
+            arr = given.get(col.name.lower())
+            if col.kind is Kind.CONSTANT:
+                if arr is not None:
+                    self._check_constant(col, arr)
+            elif col.kind is Kind.GROUP:
+                groups.append(self._group(col, arr, n))
+            elif col.is_fixed:
+                records[col.attr] = self._fixed(col, arr, n, group)
+            else:
+                var_parts.append((col, *self._var(col, arr, n)))
+        return groups, var_parts
 
     # ---- fixed fields -----------------------------------------------------------------------------------------
 
@@ -445,19 +463,7 @@ class SbeEncoder:
                 f"SBE message {self._spec.name}; its fields are: {', '.join(c.name for c in col.children)}"
             )
         records = np.zeros(m, dtype=self._codec.block_dtype(g.fields, g.block_length))
-        nested: list[_Entries] = []
-        var_parts: list[tuple[ColumnSpec, np.ndarray, np.ndarray, np.ndarray]] = []
-        for child in col.children:
-            value = given.get(child.name.lower())
-            if child.kind is Kind.CONSTANT:
-                if value is not None:
-                    self._check_constant(child, value)
-            elif child.kind is Kind.GROUP:
-                nested.append(self._group(child, value, m))
-            elif child.is_fixed:
-                records[child.attr] = self._fixed(child, value, m, col)
-            else:
-                var_parts.append((child, *self._var(child, value, m)))
+        nested, var_parts = self._fill_block(col.children, given, records, m, col)
         entry_size = np.full(m, g.block_length, dtype=np.int64)
         for inner in nested:
             entry_size += inner.size
