@@ -39,7 +39,20 @@ SINK_OPTIONS = OptionTable(
     )
 )
 
-OPTIONS: OptionTable = RECORDING_OPTIONS + SINK_OPTIONS
+# Options of earlier versions, refused in every mode (a read given one too) with what replaced them.
+REMOVED_OPTIONS = {
+    "sinkStateDir": (
+        "option sinkStateDir was removed: the sink keeps its exactly-once state in the archive itself (a sink "
+        "log recording found by the query's checkpointLocation, or by the target of a batch write), so nothing "
+        "has to be shared between hosts; remove the option (see docs/cluster.md)"
+    ),
+    "stagingLocation": (
+        "option stagingLocation was removed: executors hand their rows to the driver in Spark's commit "
+        "messages, so no staging directory is shared between executors and the driver; remove the option"
+    ),
+}
+
+OPTIONS: OptionTable = (RECORDING_OPTIONS + SINK_OPTIONS).with_removed(REMOVED_OPTIONS)
 
 
 def options_table(mode: Mode = Mode.ANY) -> list[tuple[str, str, str]]:

@@ -176,19 +176,33 @@ class OptionTable:
     appear only once, so two modules can never silently disagree about an option.
     """
 
-    __slots__ = ("_rows",)
+    __slots__ = ("_removed", "_rows")
 
-    def __init__(self, rows: Iterable[OptionSpec]) -> None:
+    def __init__(self, rows: Iterable[OptionSpec], removed: Mapping[str, str] | None = None) -> None:
         by_name: dict[str, OptionSpec] = {}
         for spec in rows:
             key = spec.name.lower()
             if key in by_name:
                 raise ValueError(f"option {spec.name} is defined twice (already as {by_name[key].name})")
             by_name[key] = spec
+        gone = {name.lower(): why for name, why in (removed or {}).items()}
+        for name in gone:
+            if name in by_name:
+                raise ValueError(f"option {by_name[name].name} is both defined and removed")
         self._rows: Mapping[str, OptionSpec] = MappingProxyType(by_name)
+        self._removed: Mapping[str, str] = MappingProxyType(gone)
 
     def __add__(self, rows: Iterable[OptionSpec]) -> OptionTable:
-        return OptionTable([*self._rows.values(), *rows])
+        more = rows._removed if isinstance(rows, OptionTable) else {}
+        return OptionTable([*self._rows.values(), *rows], {**self._removed, **more})
+
+    def with_removed(self, removed: Mapping[str, str]) -> OptionTable:
+        """This table, plus options of earlier versions: giving one is an error saying what replaced it (any mode)."""
+        return OptionTable(self._rows.values(), {**self._removed, **removed})
+
+    def removed(self, name: str) -> str | None:
+        """Why option `name` (any case) no longer exists, or None if it was never removed."""
+        return self._removed.get(name.lower())
 
     def __iter__(self) -> Iterator[OptionSpec]:
         return iter(self._rows.values())
@@ -241,6 +255,8 @@ def parse_options(raw: Mapping[str, str] | Iterable[tuple[str, str]], mode: Mode
         if lower in SPARK_KEYS:
             continue
         spec = table.get(lower)
+        if spec is None and (why := table.removed(lower)) is not None:
+            raise OptionError(why)
         if spec is None:
             known = sorted(s.name for s in table if s.modes & mode)
             close = difflib.get_close_matches(lower, [name.lower() for name in known], n=1, cutoff=0.6)

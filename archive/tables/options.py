@@ -382,6 +382,11 @@ class SourceOptions:
                 f"options archiveDir and {remote_given[0]} name two locations: give archiveDir to read segment "
                 "files directly, or the running archive's connection options, not both"
             )
+        if archive_dir is not None and parsed.is_set("archiveSecret"):
+            raise OptionError(
+                "option archiveSecret has no use with archiveDir: segment files are read directly, without an "
+                "archive connection to authenticate; remove archiveSecret, or archiveDir to read through the archive"
+            )
         if archive_dir is not None:
             archive_dir = os.path.abspath(os.path.expanduser(archive_dir))
         connection = None if archive_dir is not None else connection_from_parsed(parsed)

@@ -25,20 +25,6 @@ from aeron_archive_spark.connector.options import OPTIONS
 # Spark adds the query's checkpointLocation to a streaming sink's options; it is not a user option of ours.
 CHECKPOINT_KEY = "checkpointlocation"
 
-# Options of earlier versions, refused with what replaced them rather than as unknown.
-REMOVED_OPTIONS = {
-    "sinkstatedir": (
-        "option sinkStateDir was removed: the sink keeps its exactly-once state in the archive itself (a sink "
-        "log recording found by the query's checkpointLocation, or by the target of a batch write), so nothing "
-        "has to be shared between hosts; remove the option (see docs/cluster.md)"
-    ),
-    "staginglocation": (
-        "option stagingLocation was removed: executors hand their rows to the driver in Spark's commit "
-        "messages, so no staging directory is shared between executors and the driver; remove the option"
-    ),
-}
-
-
 @dataclass(frozen=True, slots=True)
 class SinkOptions:
     """Validated sink options."""
@@ -63,9 +49,6 @@ class SinkOptions:
 def parse_sink_options(options: Mapping[str, Any], streaming: bool) -> SinkOptions:
     """Validate Spark's options for `writeStream` (streaming) or `write`; errors name the option."""
     raw = {str(k): str(v) for k, v in dict(options).items() if v is not None}
-    for key in raw:
-        if key.lower() in REMOVED_OPTIONS:
-            raise OptionError(REMOVED_OPTIONS[key.lower()])
     checkpoint = next((v for k, v in raw.items() if k.lower() == CHECKPOINT_KEY), None)
     parsed = parse_options(
         {k: v for k, v in raw.items() if k.lower() != CHECKPOINT_KEY},

@@ -110,11 +110,29 @@ def test_spark_path_key_is_ignored_and_a_write_option_on_a_read_is_named_as_such
         SourceOptions.parse({**BASE, "publishtimeout": "5s"}, True)
     names = [row[0] for row in options_table(Mode.READ)]
     assert "maxBytesPerTrigger" in names and "startingPosition" in names and "publishTimeout" not in names
-    # The sink's file-based state options are gone from the table (the sink names them as removed, see
-    # tests/unit/test_sink_log.py); a reader knows them no more than any other unknown option.
+    # The sink's file-based state options are gone from the table; given to a read (in any case) they are named
+    # as removed, with what replaced them, as they are to the sink (tests/unit/test_sink_options.py).
     assert not {"sinkStateDir", "stagingLocation"} & {row[0] for row in options_table(Mode.ANY)}
-    with pytest.raises(OptionError, match="unknown option 'sinkstatedir'"):
+    with pytest.raises(OptionError, match="option sinkStateDir was removed: the sink keeps"):
         parse(sinkStateDir="/s")
+    with pytest.raises(OptionError, match="option stagingLocation was removed"):
+        SourceOptions.parse({"channel": "aeron:ipc", "streamid": "1", "STAGINGLOCATION": "/x"}, False, OPTIONS)
+    # The Spark-free tools' table never had them: unknown there.
+    with pytest.raises(OptionError, match="unknown option 'sinkstatedir'"):
+        SourceOptions.parse({**BASE, "sinkstatedir": "/s"}, True)
+
+
+def test_removed_options_survive_extension_and_cannot_be_redefined():
+    extended = OPTIONS + [OptionSpec("testOnlyOption", parse_string, "x", Mode.WRITE, "for this test")]
+    assert extended.removed("SINKSTATEDIR") is not None and OPTIONS.removed("recordingId") is None
+    with pytest.raises(ValueError, match="both defined and removed"):
+        OPTIONS.with_removed({"RecordingId": "gone"})
+
+
+def test_archive_secret_with_archive_dir_is_refused_without_showing_the_secret():
+    with pytest.raises(OptionError, match="archiveSecret has no use with archiveDir") as raised:
+        parse(archiveSecret="hunter2-very-secret")
+    assert "hunter2" not in str(raised.value)
 
 
 def test_tables_are_immutable_and_extended_only_into_new_tables():
