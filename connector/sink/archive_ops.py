@@ -161,10 +161,20 @@ class ArchiveOps:
             uri = uri.with_params(ssc="true")  # the archive's spy counts as a receiver
         return str(uri)
 
-    def open_new(self, channel: str, stream_id: int) -> OpenRecording:
+    def open_new(
+        self, channel: str, stream_id: int, before_start: Callable[[ExclusivePublication, str], None] | None = None
+    ) -> OpenRecording:
+        """Start a new recording of a new exclusive publication.
+
+        `before_start(publication, channel)` runs once the publication (and so its session id) exists and before
+        the archive is asked to record it: the sink notes the session id in its log there, so that a commit that
+        dies before it can note the new recording's id leaves a recording its successor can find and adopt.
+        """
         publication_channel = self._publication_channel(channel)
         publication = self.archive.aeron.add_exclusive_publication(publication_channel, stream_id)
         try:
+            if before_start is not None:
+                before_start(publication, publication_channel)
             self.signals.clear()
             subscription_id = self.archive.start_recording(
                 add_session_id(publication_channel, publication.session_id),

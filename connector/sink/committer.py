@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aeron_archive_spark.archive.exceptions import ArchiveDisconnectedError, ArchiveTimeoutError
+from aeron_archive_spark.archive.native import ExclusivePublication
 from aeron_archive_spark.connector.sink import faults
 from aeron_archive_spark.connector.sink.archive_ops import (
     ArchiveOps,
@@ -41,6 +42,7 @@ from aeron_archive_spark.connector.sink.errors import SinkError
 from aeron_archive_spark.connector.sink.options import SinkOptions
 from aeron_archive_spark.connector.sink.publisher import FramePublisher
 from aeron_archive_spark.connector.sink.sink_log import (
+    Creating,
     HeldLog,
     Pending,
     SinkTarget,
@@ -256,6 +258,8 @@ def _publish(
     now = int(time.time() * 1000)
     rows = sum(m.rows for m in staged)
     payload = sum(m.payload_bytes for m in staged)
+    if held.state.target is None and held.state.creating is not None and options.recording_id is None:
+        _adopt(ops, held, held.state.creating, kind, now)
     target = held.state.target
     last = held.state.last
     recording_id = target.recording_id if target is not None else options.recording_id
@@ -286,8 +290,14 @@ def _publish(
         opened = ops.open_extend(descriptor, options.channel or descriptor.original_channel)
     else:
         assert options.channel is not None and options.stream_id is not None
-        opened = ops.open_new(options.channel, options.stream_id)
+        stream_id = options.stream_id
+
+        def note_creating(publication: ExclusivePublication, channel: str) -> None:
+            held.append(Creating(publication.session_id, stream_id, channel, now).to_json())
+
+        opened = ops.open_new(options.channel, stream_id, note_creating)
         try:
+            faults.check("after-start", batchId=batch_id)
             held.append(SinkTarget(opened.recording_id, True, options.stream_id, kind, held.identity, now).to_json())
             held.append(Pending(batch_id, opened.recording_id, opened.start_position, now).to_json())
         except BaseException:
@@ -304,6 +314,45 @@ def _publish(
         batch_id, opened.recording_id, opened.start_position, stop_position, rows, payload, int(time.time() * 1000)
     )
     return _record(held, entry)
+
+
+def _adopt(ops: ArchiveOps, held: HeldLog, creating: Creating, kind: str, now: int) -> None:
+    """Make the recording an interrupted commit started (before it could log its id) the sink's target.
+
+    The commit that logged `creating` died between asking the archive to record its publication and appending the
+    `target` record; nothing was published yet (rows follow `target` and `pending`), so the recording, if the
+    archive started it, is empty. It is found by its publication's session and stream id, stopped if still active,
+    and adopted; one that holds data or cannot be found is left alone and a new recording is started.
+    """
+    candidates = [
+        d
+        for d in ops.archive.list_recordings_for_uri(0, 1 << 30, "", creating.stream_id)
+        if d.session_id == creating.session_id and d.stream_id == creating.stream_id
+    ]
+    if not candidates:
+        log.info(
+            "interrupted creation of %s's recording (session %d) never reached the archive: starting a new one",
+            held.identity,
+            creating.session_id,
+        )
+        return
+    descriptor = max(candidates, key=lambda d: d.recording_id)
+    if descriptor.is_active:
+        descriptor = ops.stop_active(descriptor.recording_id)
+    if descriptor.stop_position != descriptor.start_position:
+        log.warning(
+            "recording %d has session id %d of an interrupted creation for %s but holds data: not adopted",
+            descriptor.recording_id,
+            creating.session_id,
+            held.identity,
+        )
+        return
+    log.warning(
+        "adopting empty recording %d, started by an interrupted commit for %s, as the target",
+        descriptor.recording_id,
+        held.identity,
+    )
+    held.append(SinkTarget(descriptor.recording_id, True, descriptor.stream_id, kind, held.identity, now).to_json())
 
 
 def _record(held: HeldLog, entry: BatchEntry) -> BatchEntry:

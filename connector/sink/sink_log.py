@@ -5,6 +5,7 @@ on the driver cannot open, and a query may restart on another host. The archive 
 reach, so the state is a recording there, one per sink: the *sink log*. Each record is one Aeron message
 holding one JSON object:
 
+    {"t": "creating", "sessionId", "streamId", "channel", "startedAt"}
     {"t": "target",   "recordingId", "createdBySink", "streamId", "kind", "sink", "createdAt"}
     {"t": "pending",  "batchId", "recordingId", "startPosition", "startedAt"}
     {"t": "commit",   "batchId", "recordingId", "startPosition", "stopPosition", "rows", "payloadBytes",
@@ -127,6 +128,29 @@ class SinkTarget:
 
 
 @dataclass(frozen=True, slots=True)
+class Creating:
+    """A commit is about to start the target's first recording, on a publication of this session id.
+
+    Noted before the archive is asked to record, so that if the commit dies before its `target` record, the next
+    commit finds that (empty) recording by session and stream id and adopts it instead of leaving it orphaned.
+    """
+
+    session_id: int
+    stream_id: int
+    channel: str
+    started_at: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "t": "creating",
+            "sessionId": self.session_id,
+            "streamId": self.stream_id,
+            "channel": self.channel,
+            "startedAt": self.started_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Pending:
     """A commit that started publishing: the recording may hold data past start_position that is not committed."""
 
@@ -163,6 +187,7 @@ class LogState:
     """The fold of a sink log's records; `entries` only when asked for (a long-running query has many)."""
 
     target: SinkTarget | None = None
+    creating: Creating | None = None
     pending: Pending | None = None
     last: BatchEntry | None = None
     count: int = 0
@@ -180,6 +205,14 @@ class LogState:
                     str(record["kind"]),
                     str(record.get("sink", "")),
                     int(record.get("createdAt", 0)),
+                )
+                self.creating = None
+            elif kind == "creating":
+                self.creating = Creating(
+                    int(record["sessionId"]),
+                    int(record["streamId"]),
+                    str(record.get("channel", "")),
+                    int(record.get("startedAt", 0)),
                 )
             elif kind == "pending":
                 self.pending = Pending(

@@ -195,6 +195,59 @@ def test_crash_after_publishing_before_the_entry_redoes_the_batch(harness, tmp_p
     assert replay_recording(harness.client, state.recording_id) == rows0
 
 
+def _recordings_of_target(harness, options):
+    return [d for d in harness.client.list_recordings_for_uri(0, 1000, "", options.stream_id)
+            if d.stream_id == options.stream_id]
+
+
+@pytest.mark.parametrize("action", ["exit", "raise"])
+def test_a_commit_dying_after_starting_a_new_recording_leaves_no_orphan(harness, tmp_path, action, caplog):
+    # The first commit of a channel target asks the archive to record a new publication, then dies before it can
+    # log the new recording's id: the next commit finds that empty recording by its session id and adopts it.
+    options = sink_options(harness, str(tmp_path / "chk"))
+    messages, rows0 = stage_batch(options, 0)
+    faults.arm({"point": "after-start", "action": action})
+    if action == "exit":
+        assert commit_in_child(options, messages, 0) == 17
+    else:
+        with pytest.raises(InjectedFault):
+            commit_batch(options, messages, 0, "0", True)
+    view = sink_view(options)
+    assert view.state.target is None and view.state.creating is not None
+    [orphan] = _recordings_of_target(harness, options)
+    assert orphan.session_id == view.state.creating.session_id
+
+    with caplog.at_level(logging.WARNING, logger="aeron_archive_spark.connector.sink.committer"):
+        entry = commit_batch(options, messages, 0, "0", True)
+    assert f"adopting empty recording {orphan.recording_id}" in caplog.text
+    assert entry.recording_id == orphan.recording_id and entry.start_position == orphan.start_position
+    [only] = _recordings_of_target(harness, options)
+    assert only.recording_id == orphan.recording_id
+    messages, rows1 = stage_batch(options, 1)
+    commit_batch(options, messages, 1, "1", True)
+    assert replay_recording(harness.client, orphan.recording_id) == rows0 + rows1
+    assert sink_view(options).state.creating is None
+
+
+def test_an_interrupted_creation_that_never_reached_the_archive_starts_a_new_recording(harness, tmp_path):
+    options = sink_options(harness, str(tmp_path / "chk"))
+    messages, rows0 = stage_batch(options, 0)
+    # A `creating` record whose session id the archive never saw (the commit died before its start request).
+    from aeron_archive_spark.connector.sink.archive_ops import ArchiveOps, lease_archive, SignalLog
+    from aeron_archive_spark.connector.sink.sink_log import Creating, acquire, sink_identity, sink_key
+    identity = sink_identity(True, options.checkpoint_location, None, None, None)
+    signals = SignalLog()
+    lease, archive = lease_archive(options.connection, signals, True)
+    with lease:
+        held = acquire(ArchiveOps(archive, signals, options), sink_key(identity), identity, options.channel, 30)
+        held.append(Creating(0x7EADBEEF, options.stream_id, options.channel, 0).to_json())
+        held.release()
+    entry = commit_batch(options, messages, 0, "0", True)
+    [only] = _recordings_of_target(harness, options)
+    assert entry.recording_id == only.recording_id and only.session_id != 0x7EADBEEF
+    assert replay_recording(harness.client, only.recording_id) == rows0
+
+
 def test_crash_after_the_entry_leaves_a_committed_batch(harness, tmp_path):
     options = sink_options(harness, str(tmp_path / "chk"))
     messages, rows0 = stage_batch(options, 0)
