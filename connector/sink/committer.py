@@ -121,6 +121,7 @@ def _commit_once(
             except BaseException:
                 held.abandon()
                 raise
+            held = held.compact_if_due()
             held.release()
             return result
         except SinkError:

@@ -7,7 +7,7 @@ checks for the file with one `os.path.exists` per write task and per commit, so 
 Faults of the cluster tests are real ones instead (kill -9 of workers, drivers and the archive). A spec:
 
     {"point": "write" | "after-stage" | "before-publish" | "after-start" | "publish" | "before-entry" |
-               "after-entry",
+               "after-entry" | "compact",
      "action": "raise" | "exit",          # exit: os._exit(17), a hard crash of the Python worker
      "afterRows": 500,                    # write/publish: fire once this many rows are staged/published
      "batchId": 3, "partition": 0, "attempt": 0,   # optional filters
@@ -30,7 +30,16 @@ log = logging.getLogger(__name__)
 
 FAULT_FILE = "_inject_faults.json"
 FAULT_DIR_ENV = "AERON_ARCHIVE_SPARK_FAULT_DIR"
-POINTS = ("write", "after-stage", "before-publish", "after-start", "publish", "before-entry", "after-entry")
+POINTS = (
+    "write",
+    "after-stage",
+    "before-publish",
+    "after-start",
+    "publish",
+    "before-entry",
+    "after-entry",
+    "compact",
+)
 
 
 def fault_dir() -> str | None:

@@ -25,6 +25,7 @@ from aeron_archive_spark.connector.options import OPTIONS
 # Spark adds the query's checkpointLocation to a streaming sink's options; it is not a user option of ours.
 CHECKPOINT_KEY = "checkpointlocation"
 
+
 @dataclass(frozen=True, slots=True)
 class SinkOptions:
     """Validated sink options."""

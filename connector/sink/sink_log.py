@@ -26,6 +26,11 @@ then stops the recording). Records are appended on that publication and each wai
 recorded it, so a record is durable before the step it announces begins. Reading replays the log from the
 position a process has already folded (cached per process: Spark reuses its commit worker), so a commit reads
 only what other hosts appended since.
+
+A log grown past COMPACT_AFTER_BYTES is compacted (`HeldLog.compact_if_due`) into its next generation, a new
+recording whose alias ends in `.<generation>`, starting with a `snapshot` record and the state carried over; the
+old one ends with a `moved` record and is purged. The current log is the newest generation whose snapshot is
+whole (`generations`), so what a fresh process folds, and what the log keeps on disk, stays bounded.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from aeron_archive_spark.archive.native import ADMIN_ACTION, BACK_PRESSURED, NOT
 from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts
 from aeron_archive_spark.archive.tables.read import read_batches
 from aeron_archive_spark.archive.tables.schema import row_schema
+from aeron_archive_spark.connector.sink import faults
 from aeron_archive_spark.connector.sink.archive_ops import SESSION_PARAMS, ArchiveOps, OpenRecording
 from aeron_archive_spark.connector.sink.batch_map import BatchEntry
 from aeron_archive_spark.connector.sink.errors import SinkError
@@ -60,8 +66,13 @@ SINK_LOG_STREAM_ID = 0x6165_726F
 ALIAS_PREFIX = "aeron-archive-spark-sink:"
 LOG_TERM_LENGTH = 64 * 1024
 KEY_LENGTH = 24
-# How many recent batch map entries a commit keeps in memory (a re-commit after a crash asks for the last one).
-RECENT_ENTRIES = 64
+# How many recent batch map entries a commit keeps in memory (a re-commit after a crash asks for the last one);
+# also how many a compacted log carries over.
+RECENT_ENTRIES = 1000
+# A log grown past this many bytes is compacted at the end of a commit: a new generation starts with a snapshot
+# (the target and the last RECENT_ENTRIES batches), so a fresh process folds a bounded log, and the old one is
+# purged. ~0.5 KB per batch: about 16,000 batches per generation.
+COMPACT_AFTER_BYTES = 8 << 20
 
 
 # -- identity ----------------------------------------------------------------------------------------------------
@@ -97,8 +108,9 @@ def sink_key(identity: str) -> str:
     return hashlib.sha256(identity.encode()).hexdigest()[:KEY_LENGTH]
 
 
-def log_alias(key: str) -> str:
-    return ALIAS_PREFIX + key
+def log_alias(key: str, generation: int = 0) -> str:
+    """The alias of generation `generation` of a sink's log (the first keeps the plain alias of earlier versions)."""
+    return ALIAS_PREFIX + key + (f".{generation}" if generation else "")
 
 
 # -- records and state ---------------------------------------------------------------------------------------------
@@ -193,11 +205,25 @@ class LogState:
     count: int = 0
     recent: dict[int, BatchEntry] = field(default_factory=dict)
     entries: list[BatchEntry] | None = None
+    moved_to: int | None = None  # this log was compacted into that recording (a newer generation)
+    expected: int = 0  # records of a snapshot still to come: a log whose snapshot is cut short is incomplete
+
+    @property
+    def complete(self) -> bool:
+        """False for a compacted log whose writer died before its snapshot was whole: it must not be used."""
+        return self.expected == 0
 
     def apply(self, record: dict[str, Any], where: str) -> None:
         try:
             kind = record["t"]
-            if kind == "target":
+            if self.expected > 0 and kind != "snapshot":
+                self.expected -= 1
+            if kind == "snapshot":
+                self.count = int(record["count"])
+                self.expected = int(record["records"])
+            elif kind == "moved":
+                self.moved_to = int(record["to"])
+            elif kind == "target":
                 self.target = SinkTarget(
                     int(record["recordingId"]),
                     bool(record["createdBySink"]),
@@ -260,13 +286,43 @@ def find_logs(archive: AeronArchive, key: str | None = None) -> list[RecordingDe
     return sorted(found, key=lambda d: d.recording_id)
 
 
-def log_key_of(descriptor: RecordingDescriptor) -> str | None:
-    """The key in a log recording's channel alias."""
+def log_id_of(descriptor: RecordingDescriptor) -> tuple[str, int] | None:
+    """(key, generation) in a log recording's channel alias, or None if it is not a sink log."""
     try:
         alias = ChannelUri.parse(descriptor.stripped_channel).get("alias") or ""
     except Exception:
         return None
-    return alias[len(ALIAS_PREFIX) :] if alias.startswith(ALIAS_PREFIX) else None
+    if not alias.startswith(ALIAS_PREFIX):
+        return None
+    key, _, generation = alias[len(ALIAS_PREFIX) :].partition(".")
+    if len(key) != KEY_LENGTH:
+        return None
+    try:
+        return key, int(generation) if generation else 0
+    except ValueError:
+        return None
+
+
+def log_key_of(descriptor: RecordingDescriptor) -> str | None:
+    """The key in a log recording's channel alias."""
+    found = log_id_of(descriptor)
+    return None if found is None else found[0]
+
+
+def generations(descriptors: list[RecordingDescriptor]) -> dict[str, list[tuple[int, RecordingDescriptor]]]:
+    """Log recordings by key, each list newest generation first (lowest recording id first within one).
+
+    The current log of a sink is the first of its list whose fold is complete: a newer generation supersedes an
+    older one once its snapshot is whole, and within a generation the lowest id won the race to create it.
+    """
+    by_key: dict[str, list[tuple[int, RecordingDescriptor]]] = {}
+    for descriptor in descriptors:
+        found = log_id_of(descriptor)
+        if found is not None:
+            by_key.setdefault(found[0], []).append((found[1], descriptor))
+    for listed in by_key.values():
+        listed.sort(key=lambda g: (-g[0], g[1].recording_id))
+    return by_key
 
 
 def read_records(
@@ -357,17 +413,17 @@ def read_sinks(connection: ConnectionOptions, key: str | None = None) -> list[Si
         connection, purpose="sink-reader", host_driver_only=requires_host_driver(connection)
     )
     with lease as archive:
-        seen: set[str] = set()
-        for descriptor in find_logs(archive, key):
-            found_key = log_key_of(descriptor)
-            if found_key is None or found_key in seen:
-                continue  # a later log of the same sink lost a creation race and holds nothing
-            seen.add(found_key)
-            stop = descriptor.stop_position
-            if stop < 0:  # a commit holds it: read what is recorded so far
-                stop = archive.get_recording_position(descriptor.recording_id)
-                stop = descriptor.start_position if stop < 0 else stop
-            views.append(SinkView(descriptor.recording_id, found_key, read_state(connection, descriptor, stop, True)))
+        for found_key, listed in generations(find_logs(archive, key)).items():
+            for _generation, descriptor in listed:
+                stop = descriptor.stop_position
+                if stop < 0:  # a commit holds it: read what is recorded so far
+                    stop = archive.get_recording_position(descriptor.recording_id)
+                    stop = descriptor.start_position if stop < 0 else stop
+                state = read_state(connection, descriptor, stop, True)
+                if state.complete:  # else a compaction died mid-snapshot: the generation before it holds the state
+                    views.append(SinkView(descriptor.recording_id, found_key, state))
+                    break
+    views.sort(key=lambda v: v.log_recording_id)
     return views
 
 
@@ -401,7 +457,16 @@ class HeldLog:
     """A sink log this committer owns (its recording extended by our publication) until `release`."""
 
     def __init__(
-        self, ops: ArchiveOps, key: str, opened: OpenRecording, state: LogState, position: int, identity: str
+        self,
+        ops: ArchiveOps,
+        key: str,
+        opened: OpenRecording,
+        state: LogState,
+        position: int,
+        identity: str,
+        generation: int = 0,
+        start_position: int = 0,
+        base_channel: str | None = None,
     ) -> None:
         self.ops = ops
         self.key = key
@@ -409,6 +474,9 @@ class HeldLog:
         self.state = state
         self.position = position
         self.identity = identity
+        self.generation = generation
+        self.start_position = start_position
+        self.base_channel = base_channel or opened.channel
         self.released = False
 
     @property
@@ -420,27 +488,108 @@ class HeldLog:
 
     def append(self, record: dict[str, Any]) -> None:
         """Append one record and wait until the archive has recorded it; then fold it into the state."""
-        data = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+        self.append_all([record])
+
+    def append_all(self, records: list[dict[str, Any]]) -> None:
+        """Append records in order, then wait once until the archive has recorded the last; then fold them."""
+        if not records:
+            return
         publication = self.opened.publication
-        deadline = time.monotonic() + self.ops.timeout_s
-        while True:
-            result = publication.offer(data)
-            if result > 0:
-                break
-            if result not in (BACK_PRESSURED, NOT_CONNECTED, ADMIN_ACTION):
-                raise SinkError(f"cannot append to {self.describe()}: offer returned {result}")
-            if time.monotonic() > deadline:
-                raise SinkError(
-                    f"cannot append to {self.describe()}: not connected or back pressured for "
-                    f"{self.ops.timeout_s:.1f}s ({self.ops.options.connection.describe()})"
-                )
-            self.ops.poll()
-            time.sleep(0.0002)
+        result = 0
+        for record in records:
+            data = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+            deadline = time.monotonic() + self.ops.timeout_s
+            while True:
+                result = publication.offer(data)
+                if result > 0:
+                    break
+                if result not in (BACK_PRESSURED, NOT_CONNECTED, ADMIN_ACTION):
+                    raise SinkError(f"cannot append to {self.describe()}: offer returned {result}")
+                if time.monotonic() > deadline:
+                    raise SinkError(
+                        f"cannot append to {self.describe()}: not connected or back pressured for "
+                        f"{self.ops.timeout_s:.1f}s ({self.ops.options.connection.describe()})"
+                    )
+                self.ops.poll()
+                time.sleep(0.0002)
         self.ops.confirm(self.opened)
         self.ops.await_recorded(self.recording_id, result)
         self.position = result
-        self.state.apply(record, self.describe())
+        for record in records:
+            self.state.apply(record, self.describe())
         _remember(self.key, self.recording_id, self.position, self.state)
+
+    def compact_if_due(self) -> HeldLog:
+        """After a commit: start a new generation of a log grown past COMPACT_AFTER_BYTES; returns the log now held.
+
+        The new log (alias generation + 1) starts with a `snapshot` record saying how many records follow and
+        how many batches came before them, then the target, the last RECENT_ENTRIES `commit` records and any
+        `pending`/`creating`; it is whole before the old log gets its last record, `moved`, and is purged. A
+        compaction that dies midway leaves either an incomplete new generation (ignored and purged by the next
+        commit) or a complete one beside the old (which the next commit purges). It never fails the commit: its
+        `commit` record is already durable in the old log.
+        """
+        if self.position - self.start_position < COMPACT_AFTER_BYTES or self.released:
+            return self
+        state = self.state
+        kept = sorted(state.recent.values(), key=lambda e: e.batch_id)
+        body: list[dict[str, Any]] = []
+        if state.target is not None:
+            body.append(state.target.to_json())
+        if state.creating is not None:
+            body.append(state.creating.to_json())
+        body += [commit_record(e) for e in kept]
+        if state.pending is not None:
+            body.append(state.pending.to_json())
+        generation = self.generation + 1
+        head = {
+            "t": "snapshot",
+            "count": state.count - len(kept),
+            "records": len(body),
+            "previous": self.recording_id,
+            "generation": generation,
+            "takenAt": int(time.time() * 1000),
+        }
+        try:
+            opened = self.ops.open_new(log_channel(self.base_channel, self.key, generation), SINK_LOG_STREAM_ID)
+        except Exception as ex:
+            log.warning("could not compact %s (%s): the next commit tries again", self.describe(), ex)
+            return self
+        fresh = HeldLog(
+            self.ops,
+            self.key,
+            opened,
+            LogState(),
+            opened.start_position,
+            self.identity,
+            generation,
+            opened.start_position,
+            self.base_channel,
+        )
+        try:
+            fresh.append_all([head, *body])
+            faults.check("compact")
+            self.append({"t": "moved", "to": fresh.recording_id, "generation": generation})
+        except Exception as ex:
+            log.warning("compaction of %s into recording %d failed: %s", self.describe(), fresh.recording_id, ex)
+            fresh.abandon()
+            forget(self.key)
+            return self
+        previous = self.recording_id
+        try:
+            self.release()
+        except Exception as ex:  # its records are all recorded (`moved` was awaited): the new generation rules
+            log.warning("releasing compacted %s: %s", self.describe(), ex)
+        _purge_quietly(self.ops, previous, "compacted into " + fresh.describe())
+        _remember(self.key, fresh.recording_id, fresh.position, fresh.state)
+        log.info(
+            "compacted %s: %d batches in all, the last %d carried into %s",
+            f"sink log recording {previous}",
+            state.count,
+            len(kept),
+            fresh.describe(),
+        )
+        return fresh
 
     def release(self) -> None:
         """Stop recording the log (the lock is free again); idempotent."""
@@ -469,32 +618,49 @@ class HeldLog:
         self.opened.publication.close()
 
 
-def log_channel(base_channel: str, key: str) -> str:
+def log_channel(base_channel: str, key: str, generation: int = 0) -> str:
     """A new log's channel: the sink's own path to the archive (its endpoint), a small term, the log's alias."""
     uri = ChannelUri.parse(base_channel)
     cleared = dict.fromkeys(SESSION_PARAMS)
+    alias = log_alias(key, generation)
     if uri.is_ipc:
-        return str(ChannelUri("ipc", {}).with_params(alias=log_alias(key), term_length=LOG_TERM_LENGTH))
-    return str(uri.with_params(**cleared, alias=log_alias(key), term_length=LOG_TERM_LENGTH))
+        return str(ChannelUri("ipc", {}).with_params(alias=alias, term_length=LOG_TERM_LENGTH))
+    return str(uri.with_params(**cleared, alias=alias, term_length=LOG_TERM_LENGTH))
+
+
+def _purge_quietly(ops: ArchiveOps, recording_id: int, why: str) -> None:
+    """Purge a superseded log recording; one that cannot be purged now (a reader replays it) is purged later."""
+    try:
+        ops.archive.purge_recording(recording_id)
+        log.info("purged sink log recording %d (%s)", recording_id, why)
+    except Exception as ex:
+        log.info("sink log recording %d (%s) not purged now: %s", recording_id, why, ex)
 
 
 def acquire(ops: ArchiveOps, key: str, identity: str, base_channel: str, lock_timeout_s: float) -> HeldLog:
-    """Own the sink's log for one commit: create it, or extend it once no other committer holds it."""
+    """Own the sink's log for one commit: create it, or extend it once no other committer holds it.
+
+    The log is the newest generation whose fold is complete (`generations`); an older generation left by a
+    compaction that died after its successor was whole, or a newer one cut short, is purged on the way.
+    """
     archive = ops.archive
     deadline = time.monotonic() + lock_timeout_s
     waited_for: int | None = None
+    skipped: set[int] = set()  # generations found incomplete (purged, or to be purged once stopped)
     while True:
-        logs = find_logs(archive, key)
-        if not logs:
+        listed = [(g, d) for g, d in generations(find_logs(archive, key)).get(key, []) if d.recording_id not in skipped]
+        if not listed:
             opened = ops.open_new(log_channel(base_channel, key), SINK_LOG_STREAM_ID)
-            held = HeldLog(ops, key, opened, LogState(), opened.start_position, identity)
+            held = HeldLog(
+                ops, key, opened, LogState(), opened.start_position, identity, 0, opened.start_position, base_channel
+            )
             lower = [d for d in find_logs(archive, key) if d.recording_id < opened.recording_id]
             if lower:  # another committer created one first: use that one
                 held.abandon()
                 continue
             log.info("created sink log recording %d for %s", opened.recording_id, identity)
             return held
-        descriptor = logs[0]
+        generation, descriptor = listed[0]
         if descriptor.is_active:
             if waited_for != descriptor.recording_id:
                 waited_for = descriptor.recording_id
@@ -522,7 +688,17 @@ def acquire(ops: ArchiveOps, key: str, identity: str, base_channel: str, lock_ti
             log.info("sink log recording %d not taken (%s): retrying", descriptor.recording_id, ex)
             time.sleep(0.1)
             continue
-        held = HeldLog(ops, key, opened, LogState(), descriptor.stop_position, identity)
+        held = HeldLog(
+            ops,
+            key,
+            opened,
+            LogState(),
+            descriptor.stop_position,
+            identity,
+            generation,
+            descriptor.start_position,
+            base_channel,
+        )
         try:
             start, state = _cached(key, descriptor)
             for record in read_records(ops.options.connection, descriptor, start, descriptor.stop_position):
@@ -532,4 +708,15 @@ def acquire(ops: ArchiveOps, key: str, identity: str, base_channel: str, lock_ti
         except BaseException:
             held.abandon()
             raise
+        if state.moved_to is not None or not state.complete:
+            # compacted meanwhile (its successor is listed now), or a successor cut short: not the log
+            why = "compacted" if state.moved_to is not None else "an incomplete compaction"
+            held.release()
+            forget(key)
+            skipped.add(descriptor.recording_id)
+            _purge_quietly(ops, descriptor.recording_id, why)
+            continue
+        for _older, superseded in listed[1:]:
+            if not superseded.is_active and superseded.recording_id < descriptor.recording_id:
+                _purge_quietly(ops, superseded.recording_id, "superseded by " + held.describe())
         return held

@@ -248,6 +248,88 @@ def test_an_interrupted_creation_that_never_reached_the_archive_starts_a_new_rec
     assert replay_recording(harness.client, only.recording_id) == rows0
 
 
+def _sink_logs(harness, options):
+    from aeron_archive_spark.connector.sink.sink_log import find_logs, log_id_of, sink_identity, sink_key
+    key = sink_key(sink_identity(True, options.checkpoint_location, None, None, None))
+    return [(log_id_of(d)[1], d) for d in find_logs(harness.client, key)]
+
+
+@pytest.fixture
+def small_logs(monkeypatch):
+    from aeron_archive_spark.connector.sink import sink_log
+    monkeypatch.setattr(sink_log, "COMPACT_AFTER_BYTES", 1500)
+    monkeypatch.setattr(sink_log, "RECENT_ENTRIES", 3)
+    sink_log._cache.clear()
+    yield sink_log
+    sink_log._cache.clear()
+
+
+def test_a_long_log_is_compacted_into_a_new_generation_and_the_old_one_purged(harness, tmp_path, small_logs, caplog):
+    options = sink_options(harness, str(tmp_path / "chk"))
+    expected = []
+    entries = []
+    with caplog.at_level(logging.INFO, logger="aeron_archive_spark.connector.sink.sink_log"):
+        for batch in range(12):
+            messages, rows = stage_batch(options, batch, sizes=(3, 2))
+            entries.append(commit_batch(options, messages, batch, str(batch), True))
+            expected += rows
+    assert "compacted sink log recording" in caplog.text
+    [(generation, current)] = _sink_logs(harness, options)  # one log left: every older generation was purged
+    assert generation >= 2
+    assert current.stop_position - current.start_position < 1500 + 1200  # bounded: what a fresh process folds
+    view = sink_view(options)
+    assert view.log_recording_id == current.recording_id
+    assert view.state.count == 12 and view.state.last == entries[-1]
+    assert view.state.target.recording_id == entries[0].recording_id
+    assert view.entries == entries[-len(view.entries):] and 3 <= len(view.entries) < 12
+
+    # A fresh process (nothing cached) re-commits a carried-over batch (a no-op) and goes on exactly once.
+    small_logs._cache.clear()
+    again, _ = stage_batch(options, 11, sizes=(3, 2))
+    assert commit_batch(options, again, 11, "11", True) == entries[-1]
+    messages, rows = stage_batch(options, 12, sizes=(3, 2))
+    assert commit_batch(options, messages, 12, "12", True).batch_id == 12
+    assert replay_recording(harness.client, entries[0].recording_id) == expected + rows
+
+
+def test_a_compaction_that_fails_midway_loses_nothing(harness, tmp_path, small_logs):
+    options = sink_options(harness, str(tmp_path / "chk"))
+    expected = []
+    # the new generation is whole but the old log never gets its `moved` record: the next commit takes the new
+    # one and purges the old
+    faults.arm({"point": "compact", "action": "raise"})
+    for batch in range(8):
+        messages, rows = stage_batch(options, batch, sizes=(3, 2))
+        commit_batch(options, messages, batch, str(batch), True)
+        expected += rows
+    [(generation, _)] = _sink_logs(harness, options)
+    assert generation >= 1
+    view = sink_view(options)
+    assert view.state.count == 8 and view.state.last.batch_id == 7
+
+    # A generation cut short (its writer died mid-snapshot) is ignored and purged; the log before it goes on.
+    from aeron_archive_spark.connector.sink.archive_ops import ArchiveOps, SignalLog, lease_archive
+    from aeron_archive_spark.connector.sink.sink_log import SINK_LOG_STREAM_ID, HeldLog, LogState, log_channel
+    [(generation, current)] = _sink_logs(harness, options)
+    key = sink_view(options).key
+    signals = SignalLog()
+    lease, archive = lease_archive(options.connection, signals, True)
+    with lease:
+        ops = ArchiveOps(archive, signals, options)
+        opened = ops.open_new(log_channel(options.channel, key, generation + 1), SINK_LOG_STREAM_ID)
+        cut = HeldLog(ops, key, opened, LogState(), opened.start_position, "test", generation + 1)
+        cut.append({"t": "snapshot", "count": 0, "records": 5, "previous": current.recording_id,
+                    "generation": generation + 1, "takenAt": 0})
+        cut.release()
+    assert len(_sink_logs(harness, options)) == 2
+    assert sink_view(options).log_recording_id == current.recording_id  # readers skip it too
+    messages, rows = stage_batch(options, 8, sizes=(3, 2))
+    assert commit_batch(options, messages, 8, "8", True).batch_id == 8
+    assert opened.recording_id not in [d.recording_id for _, d in _sink_logs(harness, options)]
+    assert sink_view(options).state.count == 9
+    assert replay_recording(harness.client, sink_view(options).state.target.recording_id) == expected + rows
+
+
 def test_crash_after_the_entry_leaves_a_committed_batch(harness, tmp_path):
     options = sink_options(harness, str(tmp_path / "chk"))
     messages, rows0 = stage_batch(options, 0)

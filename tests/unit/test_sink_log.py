@@ -26,6 +26,8 @@ from aeron_archive_spark.connector.sink.sink_log import (
     commit_record,
     log_alias,
     log_channel,
+    log_id_of,
+    generations,
     rollback_record,
     sink_identity,
     sink_key,
@@ -88,6 +90,41 @@ def test_the_last_and_recent_entries_without_the_whole_map():
     assert state.find(0) is None  # beyond the recent entries; a reader asks for the whole map instead
     full = fold([commit_record(entry(i)) for i in range(RECENT_ENTRIES + 10)])
     assert full.find(0) == entry(0) and full.entries == [entry(i) for i in range(RECENT_ENTRIES + 10)]
+
+
+def test_a_compacted_log_folds_to_the_same_state_from_its_snapshot():
+    # generation 1 starts with a snapshot: 40 batches came before the 3 carried over
+    head = {"t": "snapshot", "count": 40, "records": 4, "previous": 3, "generation": 1, "takenAt": 1}
+    body = [target().to_json(), *(commit_record(entry(i)) for i in (40, 41, 42))]
+    state = fold([head, *body])
+    assert state.complete and state.count == 43 and state.last == entry(42) and state.target == target()
+    assert state.entries == [entry(40), entry(41), entry(42)] and state.find(41) == entry(41)
+    state.apply(Pending(43, 7, 43 * 64, 0).to_json(), WHERE)
+    assert state.pending is not None and state.complete
+    # cut short: the compaction died before its snapshot was whole
+    assert not fold([head, *body[:2]]).complete
+    # the old generation's last record points at its successor
+    old = fold([target().to_json(), commit_record(entry(0)), {"t": "moved", "to": 9, "generation": 1}])
+    assert old.moved_to == 9 and old.complete
+
+
+class _Descriptor:
+    def __init__(self, recording_id: int, alias: str) -> None:
+        self.recording_id = recording_id
+        self.stripped_channel = f"aeron:ipc?alias={alias}"
+
+
+def test_generations_order_newest_first_then_lowest_id():
+    key, other = "a" * KEY_LENGTH, "b" * KEY_LENGTH
+    logs = [_Descriptor(1, log_alias(key)), _Descriptor(5, log_alias(key, 2)), _Descriptor(4, log_alias(key, 1)),
+            _Descriptor(6, log_alias(key, 2)), _Descriptor(2, log_alias(other)), _Descriptor(7, "not-a-sink"),
+            _Descriptor(8, ALIAS_PREFIX + "short.1"), _Descriptor(9, log_alias(key) + ".x")]
+    assert log_id_of(logs[1]) == (key, 2) and log_id_of(logs[0]) == (key, 0) and log_id_of(logs[5]) is None
+    assert log_id_of(logs[6]) is None and log_id_of(logs[7]) is None
+    found = generations(logs)  # type: ignore[arg-type]
+    assert [(g, d.recording_id) for g, d in found[key]] == [(2, 5), (2, 6), (1, 4), (0, 1)]
+    assert [(g, d.recording_id) for g, d in found[other]] == [(0, 2)]
+    assert log_alias(key, 0) == ALIAS_PREFIX + key and log_alias(key, 3) == ALIAS_PREFIX + key + ".3"
 
 
 def test_copy_is_independent():
