@@ -28,8 +28,16 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from aeron_archive_spark.archive.exceptions import ArchiveDisconnectedError, ArchiveTimeoutError
+import numpy as np
+import pyarrow as pa
+
+from aeron_archive_spark.archive.descriptor import RecordingDescriptor
+from aeron_archive_spark.archive.exceptions import ArchiveDisconnectedError, ArchiveError, ArchiveTimeoutError
 from aeron_archive_spark.archive.native import ExclusivePublication
+from aeron_archive_spark.archive.storage import frames
+from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts
+from aeron_archive_spark.archive.tables.read import read_batches
+from aeron_archive_spark.archive.tables.schema import row_schema
 from aeron_archive_spark.connector.sink import faults
 from aeron_archive_spark.connector.sink.archive_ops import (
     ArchiveOps,
@@ -41,6 +49,7 @@ from aeron_archive_spark.connector.sink.batch_map import BatchEntry
 from aeron_archive_spark.connector.sink.errors import SinkError
 from aeron_archive_spark.connector.sink.options import SinkOptions
 from aeron_archive_spark.connector.sink.publisher import FramePublisher
+from aeron_archive_spark.connector.sink.resume import Resume, find_resume
 from aeron_archive_spark.connector.sink.sink_log import (
     Creating,
     HeldLog,
@@ -215,13 +224,22 @@ def _commit_held(
             "batch %d follows batch %d in %s: the batch map has a gap", batch_id, last.batch_id, held.describe()
         )
     faults.check("before-publish", batchId=batch_id)
+    resume = None
     if state.pending is not None:
-        recover(ops, held, state.pending)
-    return _publish(ops, held, options, staged, batch_id, kind), True
+        same_batch = staged if state.pending.batch_id == batch_id else None
+        resume = recover(ops, held, state.pending, same_batch)
+    return _publish(ops, held, options, staged, batch_id, kind, resume), True
 
 
-def recover(ops: ArchiveOps, held: HeldLog, pending: Pending) -> None:
-    """Undo a commit that died while publishing: truncate back to where it started, then log the rollback."""
+def recover(
+    ops: ArchiveOps, held: HeldLog, pending: Pending, staged: list[StagedPartition] | None = None
+) -> Resume | None:
+    """Finish or undo a commit that died while publishing.
+
+    With `staged` (the same batch committed again) and the rows it left being exactly the batch's first rows at
+    the positions this commit gives them, keep them and return where to go on (`resume`): readers never see a row
+    taken back. Otherwise truncate back to where it started and log the rollback.
+    """
     descriptor = ops.descriptor(pending.recording_id, f"pending commit of batch {pending.batch_id}")
     if descriptor.is_active:
         log.warning(
@@ -230,6 +248,21 @@ def recover(ops: ArchiveOps, held: HeldLog, pending: Pending) -> None:
             pending.batch_id,
         )
         descriptor = ops.stop_active(pending.recording_id)
+    if staged is not None and descriptor.stop_position > pending.start_position:
+        resume = _find_resume(ops, descriptor, pending, staged)
+        if resume is not None:
+            if resume.position < descriptor.stop_position:  # a message left open, or its term's padding
+                ops.truncate(pending.recording_id, resume.position)
+            log.warning(
+                "finishing interrupted commit of batch %d forward: its first %d rows, recorded at [%d, %d) of "
+                "recording %d, are kept; publishing the rest",
+                pending.batch_id,
+                resume.rows,
+                pending.start_position,
+                resume.position,
+                pending.recording_id,
+            )
+            return resume
     if descriptor.stop_position > pending.start_position:
         log.warning(
             "recovering interrupted commit of batch %d: truncating recording %d from %d back to %d",
@@ -246,6 +279,41 @@ def recover(ops: ArchiveOps, held: HeldLog, pending: Pending) -> None:
             "was it truncated by someone else?"
         )
     held.append(rollback_record(pending))
+    return None
+
+
+def _find_resume(
+    ops: ArchiveOps, descriptor: RecordingDescriptor, pending: Pending, staged: list[StagedPartition]
+) -> Resume | None:
+    """Compare what the interrupted commit recorded with the batch's rows (see `resume`); None if they differ."""
+    values: list[pa.Array] = []
+    reserved: list[np.ndarray] = []
+    for message in staged:
+        for batch in read_staged(message):
+            values.append(batch.column(0))
+            reserved.append(
+                batch.column(1).to_numpy().astype(np.int64)
+                if batch.num_columns > 1
+                else np.zeros(batch.num_rows, dtype=np.int64)
+            )
+    stop = descriptor.stop_position
+    read_range = ReadRange(
+        0, RecordingFacts.of(descriptor), pending.start_position, stop, stop, None, ops.options.connection, True
+    )
+    try:
+        batch_values = pa.concat_arrays(values) if values else pa.array([], pa.binary())
+        return find_resume(
+            read_batches(read_range, row_schema(None), None),
+            batch_values,
+            np.concatenate(reserved) if reserved else np.zeros(0, dtype=np.int64),
+            pending.start_position,
+            stop,
+            descriptor.term_buffer_length,
+            descriptor.mtu_length - frames.HEADER_LENGTH,
+        )
+    except (pa.ArrowException, ArchiveError, OSError, ValueError) as ex:
+        log.warning("could not compare the interrupted commit of batch %d with its rows: %s", pending.batch_id, ex)
+        return None
 
 
 def _publish(
@@ -255,10 +323,13 @@ def _publish(
     staged: list[StagedPartition],
     batch_id: int,
     kind: str,
+    resume: Resume | None = None,
 ) -> BatchEntry:
     now = int(time.time() * 1000)
     rows = sum(m.rows for m in staged)
     payload = sum(m.payload_bytes for m in staged)
+    if resume is not None:
+        return _publish_rest(ops, held, options, staged, batch_id, resume, rows, payload)
     if held.state.target is None and held.state.creating is not None and options.recording_id is None:
         _adopt(ops, held, held.state.creating, kind, now)
     target = held.state.target
@@ -317,6 +388,40 @@ def _publish(
     return _record(held, entry)
 
 
+def _publish_rest(
+    ops: ArchiveOps,
+    held: HeldLog,
+    options: SinkOptions,
+    staged: list[StagedPartition],
+    batch_id: int,
+    resume: Resume,
+    rows: int,
+    payload: int,
+) -> BatchEntry:
+    """Publish the rows of a batch an interrupted commit did not record; the batch keeps its `pending` start."""
+    pending = held.state.pending
+    assert pending is not None and pending.batch_id == batch_id
+    descriptor = ops.descriptor(pending.recording_id, f"pending commit of batch {batch_id}")
+    if descriptor.stop_position != resume.position:
+        raise SinkError(
+            f"recording {pending.recording_id} stops at {descriptor.stop_position}, not at {resume.position} where "
+            f"the interrupted commit of batch {batch_id} is to go on: was it changed by someone else?"
+        )
+    stop_position = resume.position
+    if resume.rows < rows:
+        opened = ops.open_extend(descriptor, options.channel or descriptor.original_channel)
+        try:
+            stop_position = _stream_staged(ops, opened, staged, batch_id, skip=resume.rows)
+        except BaseException as ex:
+            opened.publication.close()
+            _rollback(ops, held, pending, ex)
+            raise
+    entry = BatchEntry(
+        batch_id, pending.recording_id, pending.start_position, stop_position, rows, payload, int(time.time() * 1000)
+    )
+    return _record(held, entry)
+
+
 def _adopt(ops: ArchiveOps, held: HeldLog, creating: Creating, kind: str, now: int) -> None:
     """Make the recording an interrupted commit started (before it could log its id) the sink's target.
 
@@ -371,15 +476,23 @@ def _record(held: HeldLog, entry: BatchEntry) -> BatchEntry:
     return entry
 
 
-def _stream_staged(ops: ArchiveOps, opened: OpenRecording, staged: list[StagedPartition], batch_id: int) -> int:
-    """Publish every staged batch in partition order, wait for the recorder, stop; returns the stop position."""
+def _stream_staged(
+    ops: ArchiveOps, opened: OpenRecording, staged: list[StagedPartition], batch_id: int, skip: int = 0
+) -> int:
+    """Publish the staged batches in partition order (but their first `skip` rows), wait for the recorder, stop;
+    returns the stop position."""
     what = f"publication {opened.channel} stream {opened.publication.stream_id} (recording {opened.recording_id})"
     publisher = FramePublisher(opened.publication, ops.timeout_s, what, check_alive=ops.poll)
     fault_rows = faults.rows_threshold("publish", batchId=batch_id)
-    published = 0
+    published = skip
     try:
         for message in staged:
             for batch in read_staged(message):
+                if skip >= batch.num_rows:
+                    skip -= batch.num_rows
+                    continue
+                if skip:
+                    batch, skip = batch.slice(skip), 0
                 values = batch.column(0)
                 reserved = batch.column(1).to_numpy() if batch.num_columns > 1 else None
                 if fault_rows is not None and published + len(values) >= fault_rows:

@@ -145,8 +145,8 @@ def test_extends_an_existing_recording_given_by_id(harness, tmp_path):
     assert state.recording_id == recording_id and not state.created_by_sink
 
 
-def test_hard_crash_mid_publish_is_truncated_and_redone(harness, tmp_path, caplog):
-    options = sink_options(harness, str(tmp_path / "chk"))
+def _crash_mid_publish(harness, options):
+    """Commit batch 0, then die publishing batch 1 after 2,200 of its 3,000 rows."""
     messages, rows0 = stage_batch(options, 0)
     entry0 = commit_batch(options, messages, 0, "0", True)
     messages, rows1 = stage_batch(options, 1, sizes=(1500, 1500))
@@ -158,12 +158,33 @@ def test_hard_crash_mid_publish_is_truncated_and_redone(harness, tmp_path, caplo
     # the child died with the recording active (its publication lingers until the driver times the client out)
     wait_for(lambda: (harness.client.get_max_recorded_position(recording_id) > entry0.stop_position),
              what="partial data recorded")
+    return entry0, messages, rows0, rows1
 
+
+def test_hard_crash_mid_publish_is_finished_forward_when_the_batch_is_committed_again(harness, tmp_path, caplog):
+    # Spark commits the same batch again after a restart: the rows already recorded (read by any reader tailing
+    # the target) are kept, and only the rest is published, so nothing a reader saw is ever taken back.
+    options = sink_options(harness, str(tmp_path / "chk"))
+    entry0, messages, rows0, rows1 = _crash_mid_publish(harness, options)
     with caplog.at_level(logging.WARNING, logger="aeron_archive_spark.connector.sink.committer"):
         entry1 = commit_batch(options, messages, 1, "1", True)
-    assert "truncating recording" in caplog.text
-    assert entry1.start_position == entry0.stop_position
-    assert replay_recording(harness.client, recording_id) == rows0 + rows1
+    assert "finishing interrupted commit of batch 1 forward" in caplog.text
+    assert "truncating recording" not in caplog.text
+    assert entry1.start_position == entry0.stop_position and entry1.rows == 3000
+    assert replay_recording(harness.client, entry0.recording_id) == rows0 + rows1
+    assert sink_view(options).state.pending is None and [e.batch_id for e in batch_map(options)] == [0, 1]
+
+
+def test_hard_crash_mid_publish_is_truncated_and_redone_when_the_rows_differ(harness, tmp_path, caplog):
+    # A non-deterministic query gives other rows on the second attempt: what the dead commit left is truncated.
+    options = sink_options(harness, str(tmp_path / "chk"))
+    entry0, _, rows0, _ = _crash_mid_publish(harness, options)
+    other, rows1 = stage_batch(options, 1, sizes=(1400, 1500), label="1")  # the same batch id, other rows
+    with caplog.at_level(logging.WARNING, logger="aeron_archive_spark.connector.sink.committer"):
+        entry1 = commit_batch(options, other, 1, "1", True)
+    assert "truncating recording" in caplog.text and "forward" not in caplog.text
+    assert entry1.start_position == entry0.stop_position and entry1.rows == 2900
+    assert replay_recording(harness.client, entry0.recording_id) == rows0 + rows1
     assert sink_view(options).state.pending is None
 
 
@@ -181,7 +202,7 @@ def test_failure_mid_publish_is_rolled_back_at_once(harness, tmp_path):
     assert replay_recording(harness.client, entry0.recording_id) == rows0 + rows1
 
 
-def test_crash_after_publishing_before_the_entry_redoes_the_batch(harness, tmp_path):
+def test_crash_after_publishing_before_the_entry_keeps_the_published_batch(harness, tmp_path):
     options = sink_options(harness, str(tmp_path / "chk"))
     messages, rows0 = stage_batch(options, 0)
     faults.arm({"point": "before-entry", "action": "exit"})
