@@ -529,9 +529,12 @@ class HeldLog:
         commit) or a complete one beside the old (which the next commit purges). It never fails the commit: its
         `commit` record is already durable in the old log.
         """
-        if self.position - self.start_position < COMPACT_AFTER_BYTES or self.released:
-            return self
         state = self.state
+        # at least twice what a snapshot of the carried entries takes (~0.25 KB each), so a small threshold can
+        # never make every commit compact
+        due = max(COMPACT_AFTER_BYTES, 512 * (len(state.recent) + 4))
+        if self.position - self.start_position < due or self.released:
+            return self
         kept = sorted(state.recent.values(), key=lambda e: e.batch_id)
         body: list[dict[str, Any]] = []
         if state.target is not None:
