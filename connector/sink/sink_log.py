@@ -652,6 +652,11 @@ def acquire(ops: ArchiveOps, key: str, identity: str, base_channel: str, lock_ti
     skipped: set[int] = set()  # generations found incomplete (purged, or to be purged once stopped)
     while True:
         listed = [(g, d) for g, d in generations(find_logs(archive, key)).get(key, []) if d.recording_id not in skipped]
+        if not listed and skipped:
+            raise SinkError(
+                f"the sink log of {identity} was compacted into a recording that is gone (log recordings "
+                f"{sorted(skipped)} are superseded or incomplete): was it purged by hand?"
+            )
         if not listed:
             opened = ops.open_new(log_channel(base_channel, key), SINK_LOG_STREAM_ID)
             held = HeldLog(

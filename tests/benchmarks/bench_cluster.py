@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -76,29 +77,120 @@ def sink_job(config: dict[str, Any]) -> dict[str, Any]:
     for sink, options in sinks:
         run_query(spark, sink, options, VALUE_SIZE, warm, warm, work)
     seconds: dict[str, list[float]] = {sink: [] for sink, _ in sinks}
+    intervals: dict[str, list[list[float]]] = {sink: [] for sink, _ in sinks}
     for _ in range(config["reps"]):
         for sink, options in sinks:
+            wall = time.time()
             seconds[sink].append(run_query(spark, sink, options, VALUE_SIZE, rows, batch_rows, work).seconds)
+            intervals[sink].append([wall, time.time()])
     connection = ConnectionOptions(
         aeron_dir=config["sinkOptions"].get("aeronDir"), control_channel=config["sinkOptions"]["controlChannel"]
     )
     last = sorted(Path(work).glob("chk-aeron-archive-*"), key=lambda p: p.stat().st_mtime)[-1]
     entries = read_batch_map(connection, checkpoint_location=str(last))
     spark.stop()
-    return {"seconds": seconds, "recordingId": entries[-1].recording_id, "rows": rows}
+    return {"seconds": seconds, "intervals": intervals, "recordingId": entries[-1].recording_id, "rows": rows}
 
 
 def read_job(config: dict[str, Any]) -> dict[str, Any]:
     spark = _session(config, "bench-cluster-read")
     frame = spark.read.format("aeron-archive").options(**config["options"]).load()
     seconds = []
+    intervals = []
     total = 0
     for _ in range(config["reps"] + 1):  # the first is a warm-up
-        start = time.perf_counter()
+        start, wall = time.perf_counter(), time.time()
         total = frame.selectExpr("sum(length(value)) AS bytes").collect()[0].bytes
         seconds.append(time.perf_counter() - start)
+        intervals.append([wall, time.time()])
     spark.stop()
-    return {"seconds": seconds[1:], "bytes": total}
+    return {"seconds": seconds[1:], "intervals": intervals[1:], "bytes": total}
+
+
+def _cpu_seconds(topology: Any) -> dict[str, float]:
+    """CPU seconds (user + system, with reaped children) of every process on each host so far.
+
+    A host is a network namespace: `ip netns pids` lists its processes. Processes that ended and were reaped by a
+    parent on the host (Python workers of an executor) count through the parent's cutime/cstime; the Spark
+    application's executors are reaped by their worker daemon, which stays up.
+    """
+    import os
+    import subprocess
+
+    from tests.cluster.topology import HOST_OCTETS
+
+    tick = os.sysconf("SC_CLK_TCK")
+    totals: dict[str, float] = {}
+    for host in HOST_OCTETS:
+        netns = topology.host(host).netns
+        listed = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True, check=False)
+        total = 0
+        for pid in listed.stdout.split():
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # ended meanwhile
+            total += sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
+        totals[host] = total / tick
+    return totals
+
+
+class CpuSampler:
+    """Samples every host's CPU seconds twice a second, so a job's timed runs can be costed after the fact."""
+
+    def __init__(self, topology: Any, interval: float = 0.5) -> None:
+        import threading
+
+        self.topology = topology
+        self.interval = interval
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.time(), _cpu_seconds(self.topology)))
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _at(self, when: float) -> dict[str, float]:
+        """Totals at `when`, interpolated between the samples around it."""
+        before = max((s for s in self.samples if s[0] <= when), default=self.samples[0], key=lambda s: s[0])
+        after = min((s for s in self.samples if s[0] >= when), default=self.samples[-1], key=lambda s: s[0])
+        if after[0] <= before[0]:
+            return before[1]
+        share = (when - before[0]) / (after[0] - before[0])
+        return {h: before[1][h] + share * (after[1].get(h, before[1][h]) - before[1][h]) for h in before[1]}
+
+    def between(self, intervals: list[list[float]]) -> dict[str, float]:
+        """CPU seconds per host spent inside the given [start, end] wall-clock intervals."""
+        total: dict[str, float] = {}
+        for start, end in intervals:
+            a, b = self._at(start), self._at(end)
+            for host in a:
+                total[host] = total.get(host, 0.0) + max(0.0, b.get(host, a[host]) - a[host])
+        return total
+
+
+def _print_cpu(name: str, megabytes: float, cpu: dict[str, float], seconds: float) -> dict[str, float]:
+    """One line of CPU seconds per 100 MB by host, and how many of the machine's cores the run kept busy."""
+    busy = {host: value for host, value in cpu.items() if value >= 0.05}
+    total = sum(busy.values())
+    per = ", ".join(f"{host} {value * 100 / megabytes:.1f}" for host, value in sorted(busy.items()))
+    cores = os.cpu_count() or 1
+    print(
+        f"  {name:<26} CPU s per 100 MB: {total * 100 / megabytes:5.1f} ({per}); "
+        f"{total / seconds:.2f} of {cores} cores busy"
+    )
+    return {"cpuSecondsPer100MB": total * 100 / megabytes, "coresBusy": total / seconds}
 
 
 def _on(topology: Any, host: str, command: str, config: dict[str, Any]) -> dict[str, Any]:
@@ -141,41 +233,55 @@ def main(argv: list[str] | None = None) -> int:
             "streamId": "9200",
         }
         common = {"rows": args.rows, "batchRows": args.batch_rows, "reps": args.reps}
-        cluster = _on(
-            topology,
-            "driver",
-            "sink",
-            {**common, "master": master, "driverIp": topology.ip("driver"), "sinkOptions": cluster_sink, "noop": True},
-        )
-        one_host = _on(
-            topology,
-            "archive",
-            "sink",
-            {**common, "master": "local[2]", "driverIp": archive_ip, "sinkOptions": one_host_sink},
-        )
-        recording = str(cluster["recordingId"])
-        read_cluster = _on(
-            topology,
-            "driver",
-            "read",
-            {
-                "master": master,
-                "driverIp": topology.ip("driver"),
-                "reps": args.reps,
-                "options": {"controlChannel": topology.archive_control_channel, "recordingId": recording},
-            },
-        )
-        read_local = _on(
-            topology,
-            "archive",
-            "read",
-            {
-                "master": "local[2]",
-                "driverIp": archive_ip,
-                "reps": args.reps,
-                "options": {"archiveDir": topology.archive_dir, "recordingId": recording},
-            },
-        )
+        with CpuSampler(topology) as sampler:
+            cluster = _on(
+                topology,
+                "driver",
+                "sink",
+                {
+                    **common,
+                    "master": master,
+                    "driverIp": topology.ip("driver"),
+                    "sinkOptions": cluster_sink,
+                    "noop": True,
+                },
+            )
+            one_host = _on(
+                topology,
+                "archive",
+                "sink",
+                {**common, "master": "local[2]", "driverIp": archive_ip, "sinkOptions": one_host_sink},
+            )
+            recording = str(cluster["recordingId"])
+            read_cluster = _on(
+                topology,
+                "driver",
+                "read",
+                {
+                    "master": master,
+                    "driverIp": topology.ip("driver"),
+                    "reps": args.reps,
+                    "options": {"controlChannel": topology.archive_control_channel, "recordingId": recording},
+                },
+            )
+            read_local = _on(
+                topology,
+                "archive",
+                "read",
+                {
+                    "master": "local[2]",
+                    "driverIp": archive_ip,
+                    "reps": args.reps,
+                    "options": {"archiveDir": topology.archive_dir, "recordingId": recording},
+                },
+            )
+        cpu_sinks = {
+            "cluster aeron-archive": sampler.between(cluster["intervals"]["aeron-archive"]),
+            "cluster no-op": sampler.between(cluster["intervals"]["bench-noop"]),
+            "one host aeron-archive": sampler.between(one_host["intervals"]["aeron-archive"]),
+        }
+        cpu_cluster = sampler.between(read_cluster["intervals"])
+        cpu_local = sampler.between(read_local["intervals"])
     finally:
         if not was_up:
             topology.down()
@@ -193,6 +299,23 @@ def main(argv: list[str] | None = None) -> int:
     }
     for name, value in {**sink, **read}.items():
         print(f"  {name:<26} {value:8.1f} MB/s")
+    # What bounds the cluster read on one machine: CPU seconds per byte over every host (archive replaying, media
+    # drivers sending and receiving UDP, executors decoding) beside the local read's, all on the same cores, counted
+    # inside the timed runs only (sampled every 0.5 s, interpolated).
+    sink_seconds = {
+        "cluster aeron-archive": sum(cluster["seconds"]["aeron-archive"]),
+        "cluster no-op": sum(cluster["seconds"]["bench-noop"]),
+        "one host aeron-archive": sum(one_host["seconds"]["aeron-archive"]),
+    }
+    cpu_figures = {
+        **{name: _print_cpu(name, megabytes * args.reps, cpu_sinks[name], sink_seconds[name]) for name in sink_seconds},
+        "cluster replay read": _print_cpu(
+            "cluster replay read", read_mb * args.reps, cpu_cluster, sum(read_cluster["seconds"])
+        ),
+        "local[2] archiveDir read": _print_cpu(
+            "local[2] archiveDir read", read_mb * args.reps, cpu_local, sum(read_local["seconds"])
+        ),
+    }
     ratios = {
         "sink_cluster_vs_one_host": sink["cluster aeron-archive"] / sink["one host aeron-archive"],
         "sink_cluster_vs_noop": sink["cluster aeron-archive"] / sink["cluster no-op"],
@@ -200,7 +323,14 @@ def main(argv: list[str] | None = None) -> int:
     }
     for name, value in ratios.items():
         print(f"  ratio {name:<34} {value:.2f}")
-    print(json.dumps({k: round(v, 3) for k, v in {**sink, **read, **ratios}.items()}))
+    print(
+        json.dumps(
+            {
+                **{k: round(v, 3) for k, v in {**sink, **read, **ratios}.items()},
+                "cpu": {k: {n: round(x, 2) for n, x in v.items()} for k, v in cpu_figures.items()},
+            }
+        )
+    )
     return 0
 
 
