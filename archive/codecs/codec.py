@@ -852,7 +852,13 @@ class _SchemaParser:
             raise SchemaError(f"type {name!r}: bad numeric attribute ({e})") from None
         if presence == "constant":
             text = (elem.text or "").strip()
-            if primitive == "char":
+            value_ref = elem.get("valueRef")
+            if value_ref:
+                # A constant type may take its value from an enum's validValue (`valueRef="TimeUnit.nanosecond"`)
+                # instead of its text, as a field may; the constant is then that value (a char: its character).
+                value = self._value_ref(value_ref, f"type {name!r}")
+                td.constant = chr(value) if primitive == "char" else value
+            elif primitive == "char":
                 td.constant = text
             else:
                 try:
@@ -950,14 +956,31 @@ class _SchemaParser:
         names = []
         cursor = 0
         for m in td.members:
-            if m.kind != "type" or m.length != 1 or m.primitive not in ("uint8", "uint16", "uint32", "uint64"):
-                raise SchemaError(f"header member {m.name!r} must be an unsigned integer primitive")
+            integer = (
+                m.kind == "type"
+                and m.length == 1
+                and m.constant is None
+                and m.primitive in ("uint8", "uint16", "uint32", "uint64")
+            )
+            if not integer and m.name in _HEADER_FIELDS:
+                what = "a constant" if m.constant is not None else "not one"
+                raise SchemaError(
+                    f"header member {m.name!r} must be an unsigned integer primitive on the wire, is {what}"
+                )
             if m.offset is not None:
                 if m.offset < cursor:
                     raise SchemaError(f"header member {m.name!r} offset {m.offset} overlaps the previous member")
                 if m.offset > cursor:
                     fmt.append(f"{m.offset - cursor}x")
                 cursor = m.offset
+            if not integer:
+                # Another member of the header (a composite, set, enum, array, constant; SBE allows any): not read,
+                # written as zeros, as the SBE project's generated encoders leave it unless the application sets it.
+                size = self.wire_size(m)
+                if size:
+                    fmt.append(f"{size}x")
+                cursor += size
+                continue
             fmt.append(_PRIMITIVES[m.primitive].code)
             names.append(m.name)
             cursor += _PRIMITIVES[m.primitive].size

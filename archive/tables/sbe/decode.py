@@ -68,6 +68,9 @@ ON_ERROR_CHOICES = ("fail", "null")
 
 _UNSIGNED = {"uint8": "u1", "uint16": "u2", "uint32": "u4", "uint64": "u8"}
 
+# (schema source, template id) of the messages without columns already logged, so a schema is reported once.
+_WARNED: set[tuple[str, int]] = set()
+
 # Why a row did not decode (0: it did).
 _OK, _SHORT_HEADER, _SCHEMA_ID, _TEMPLATE, _SHORT_BLOCK, _VAR = range(6)
 
@@ -172,12 +175,36 @@ class SbeDecoder:
         self._multi = len(specs) > 1
         self._fields: list[pa.Field] = []
         self._plans: dict[int, _Plan] = {}
+        self._skipped: dict[int, tuple[str, str]] = {}  # template id -> (name, why it has no columns)
         self._build(specs)
 
     # ---- layout -----------------------------------------------------------------------------------------------
 
     def _build(self, specs: list[MessageSpec]) -> None:
-        per_message = [(spec, message_columns(self._codec, spec.template_id)) for spec in specs]
+        # Messages whose fields cannot be columns (two names that differ only in case): without sbeMessage they
+        # are skipped like the messages the codec refuses, the others still decode; with sbeMessage, an error.
+        per_message: list[tuple[MessageSpec, list[ColumnSpec]]] = []
+        for spec in specs:
+            try:
+                per_message.append((spec, message_columns(self._codec, spec.template_id)))
+            except SchemaError as ex:
+                if self._message is not None:
+                    raise
+                self._skipped[spec.template_id] = (spec.name, str(ex))
+                if (self._codec.source, spec.template_id) not in _WARNED:
+                    _WARNED.add((self._codec.source, spec.template_id))
+                    log.warning(
+                        "SBE schema %s: message %s (id %d) is not supported: %s",
+                        self._codec.source,
+                        spec.name,
+                        spec.template_id,
+                        ex,
+                    )
+        if not per_message:
+            raise SchemaError(
+                f"option sbeSchema: no message of SBE schema {self._codec.source} can be decoded: "
+                + "; ".join(reason for _, reason in self._skipped.values())
+            )
         types: dict[str, set[str]] = {}
         for _, cols in per_message:
             for col in cols:
@@ -387,13 +414,17 @@ class SbeDecoder:
                 f"schema's id {self._codec.schema_id}"
             )
         if code == _TEMPLATE:
+            refused = self._codec.unsupported.get(template_id) or self._skipped.get(template_id)
             if self._message is not None:
                 other = next((m.name for m in self._codec.messages if m.template_id == template_id), None)
+                other = other or (refused[0] if refused else None)
                 what = f"message {other}" if other else "not in the schema"
                 return (
                     f"template id {template_id} ({what}) is not sbeMessage={self._message.name} "
                     f"(template id {self._message.template_id})"
                 )
+            if refused is not None:
+                return f"message {refused[0]} (id {template_id}) is not supported: {refused[1]}"
             known = ", ".join(f"{m.name}={m.template_id}" for m in self._codec.messages)
             return f"unknown template id {template_id} (schema templates: {known})"
         payload = data[int(starts[row]) : int(starts[row]) + length].tobytes()
