@@ -48,6 +48,14 @@ class InputLayout:
 def input_layout(schema: StructType, options: SinkOptions) -> InputLayout:
     """Check the DataFrame's columns; errors name the offending column and what is accepted."""
     names = tuple(field.name for field in schema.fields)
+    if not names and options.sbe_schema is not None:
+        # Spark hands a Python sink Arrow batches, and a batch without columns carries no row count: every row
+        # would be lost without an error (a message with no fields, such as MDP 3.0's AdminHeartbeat12).
+        raise SinkSchemaError(
+            f"the DataFrame has no columns: Spark passes such rows to a Python sink as empty batches, so none "
+            f"would be written; for SBE message {options.sbe_message} (no fields to give), keep the column "
+            f"{RESERVED_VALUE!r} (long, 0 if you have none)"
+        )
     if options.sbe_schema is not None:
         return _sbe_layout(schema, options)
     value_index = reserved_index = None

@@ -117,6 +117,19 @@ def test_sbe_columns_are_checked_and_encoded():
         input_layout(fields, parse_sink_options(dict(BASE, sbeSchema=EXAMPLE_SCHEMA), streaming=True))
 
 
+def test_a_message_without_fields_needs_a_column_to_carry_its_rows():
+    # MDP 3.0's AdminHeartbeat12 has no fields: a DataFrame of only its columns has none, and Spark hands a Python
+    # sink column-less Arrow batches as empty ones (rows lost without an error); reservedValue carries them.
+    fix = os.path.join(os.path.dirname(__file__), "sbe_schemas", "FixBinary.xml")
+    options = parse_sink_options(dict(BASE, sbeSchema=fix, sbeMessage="AdminHeartbeat12"), streaming=False)
+    with pytest.raises(SinkSchemaError, match="no columns.*AdminHeartbeat12.*keep the column 'reservedValue'"):
+        input_layout(schema(), options)
+    layout = input_layout(schema(("reservedValue", LongType())), options)
+    batch = pa.record_batch([pa.array([0, 0, 0], pa.int64())], names=["reservedValue"])
+    staged = to_staged(batch, layout, staged_schema(layout), "partition 0")
+    assert staged.num_rows == 3 and len(set(staged.column(0).to_pylist())) == 1  # three 8-byte header-only messages
+
+
 def test_conversion_to_the_staged_layout():
     options = parse_sink_options(BASE, streaming=True)
     layout = input_layout(schema(("value", StringType()), ("reservedValue", IntegerType())), options)
