@@ -127,6 +127,8 @@ class ReplaySession:
         self._batch_position = -1
         self._batch_length = 0
         self._pad_length = 0
+        # True while the publication's window is full: the replayer then idles in short sleeps (see agent.py).
+        self.back_pressured = False
 
     @property
     def session_id(self) -> int:
@@ -234,6 +236,7 @@ class ReplaySession:
         return False
 
     def _replay(self) -> int:
+        self.back_pressured = False
         pub = self.publication
         if not pub.is_connected:
             self._revoke = True
@@ -248,6 +251,7 @@ class ReplaySession:
                 return 1
             return 0
         if pub.available_window <= 0:
+            self.back_pressured = True
             return 0
         if self._batch_position != self.replay_position:
             self._prepare_batch()
@@ -276,6 +280,7 @@ class ReplaySession:
             self._revoke = result != MAX_POSITION_EXCEEDED
             self._set_state(ReplaySessionState.INACTIVE)
             return 1
+        self.back_pressured = True
         return 0  # back pressure / admin action: offer the same prepared batch next cycle
 
     def _prepare_batch(self) -> None:
@@ -307,8 +312,8 @@ class ReplaySession:
                     ErrorCode.GENERIC,
                 )
         if count > 0:
-            frames.rewrite_session_and_stream(
-                self._view, scan.head(count).offsets, self.publication.session_id, self.publication.stream_id
+            frames.rewrite_scan_session_and_stream(
+                self._view, scan.head(count), self.publication.session_id, self.publication.stream_id
             )
         pad_length = (
             scan.pad_length if (count == scan.count and scan.pad_offset == batch_length and batch_length < cap) else 0

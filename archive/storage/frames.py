@@ -59,6 +59,7 @@ _INT64_MASK = 0xFFFF_FFFF_FFFF_FFFF
 # The (length, version, flags, type, termOffset, sessionId, streamId, termId, reservedValue) header struct.
 HEADER_STRUCT = struct.Struct("<iBBHiiiiq")
 _INT32 = struct.Struct("<i")
+_INT64 = struct.Struct("<q")
 _UINT16 = struct.Struct("<H")
 
 # Below this many 32-byte slots a plain loop beats the fixed cost of the numpy path (measured: ~40 us setup).
@@ -149,6 +150,9 @@ class FrameScan:
     stop_offset: int
     stop_reason: ScanStop
     stop_frame_length: int = 0
+    # > 0 when the frames are known to lie exactly `stride` bytes apart (one fixed frame length): bulk operations
+    # can then use strided views instead of gathers and scatters. 0 when unknown or mixed.
+    stride: int = 0
 
     @property
     def count(self) -> int:
@@ -208,6 +212,7 @@ class FrameScan:
             end,
             ScanStop.END,
             0,
+            self.stride,
         )
 
     def data_offsets(self) -> np.ndarray:
@@ -363,6 +368,7 @@ def _scan_windows(buf: Any, start: int, end: int, stop_at_padding: bool) -> Fram
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     offset = start
     reason, stop_length = ScanStop.END, 0
+    uniform_stride = 0  # the stride of parts[0] when it came from _uniform_prefix (kept if later parts are empty)
     while offset < end:
         if end - offset < HEADER_LENGTH:
             reason, stop_length = _classify_short_tail(buf, offset, end)
@@ -370,6 +376,8 @@ def _scan_windows(buf: Any, start: int, end: int, stop_at_padding: bool) -> Fram
         window_end = min(end, offset + _WINDOW_BYTES)
         uniform = _uniform_prefix(buf, offset, window_end, stop_at_padding)
         if uniform is not None:
+            if not parts:
+                uniform_stride = align(int(uniform[1][0]), FRAME_ALIGNMENT)
             parts.append(uniform[:4])
             offset = uniform[4]
             if window_end - offset < HEADER_LENGTH:
@@ -403,7 +411,8 @@ def _scan_windows(buf: Any, start: int, end: int, stop_at_padding: bool) -> Fram
         lengths_out = np.concatenate([p[1] for p in parts])
         types_out = np.concatenate([p[2] for p in parts])
         flags_out = np.concatenate([p[3] for p in parts])
-    return FrameScan(buf, start, end, offsets, lengths_out, types_out, flags_out, offset, reason, stop_length)
+    stride = uniform_stride if all(part[0].size == 0 for part in parts[1:]) else 0
+    return FrameScan(buf, start, end, offsets, lengths_out, types_out, flags_out, offset, reason, stop_length, stride)
 
 
 _UNIFORM_PROBE = 8
@@ -436,6 +445,19 @@ def _uniform_prefix(
         matches &= types_view[:_UNIFORM_PROBE] != HDR_TYPE_PAD
     if not matches.all():
         return None
+    # The first 8 header bytes are length, version, flags and type: when they are the same in every frame (fixed-size
+    # unfragmented messages, the usual case), one strided 64-bit compare confirms the whole window and the columns
+    # are constants; no strided gathers.
+    (first_word,) = _INT64.unpack_from(buf, start)
+    words_view = np.ndarray((capacity,), dtype="<i8", buffer=buf, offset=start, strides=(stride,))
+    if bool((words_view == first_word).all()):
+        return (
+            np.arange(start, start + capacity * stride, stride, dtype=np.int64),
+            np.full(capacity, first_length, dtype=np.int32),
+            np.full(capacity, (first_word >> 48) & 0xFFFF, dtype=np.uint16),
+            np.full(capacity, (first_word >> 40) & 0xFF, dtype=np.uint8),
+            start + capacity * stride,
+        )
     matches = lengths_view == first_length
     if stop_at_padding:
         matches &= types_view != HDR_TYPE_PAD
@@ -572,6 +594,27 @@ def rewrite_session_and_stream(buf: Any, frame_offsets: Any, session_id: int, st
     base = (offsets - residue) >> 2
     words[base + (SESSION_ID_FIELD_OFFSET >> 2)] = to_int32(session_id)
     words[base + (STREAM_ID_FIELD_OFFSET >> 2)] = to_int32(stream_id)
+
+
+def rewrite_scan_session_and_stream(buf: Any, scan: FrameScan, session_id: int, stream_id: int) -> None:
+    """`rewrite_session_and_stream` for the frames of `scan` (no PAD frames in it, as with stop_at_padding).
+
+    Frames a fixed stride apart (`scan.stride`) are rewritten through two strided views, several times faster than
+    the scatter of the general case, which handles the rest.
+    """
+    count = scan.count
+    stride = scan.stride
+    if count == 0:
+        return
+    if stride <= 0:
+        rewrite_session_and_stream(buf, scan.offsets, session_id, stream_id)
+        return
+    first = int(scan.offsets[0])
+    if first < 0 or first + (count - 1) * stride + HEADER_LENGTH > buffer_length(buf):
+        raise ValueError("frame offset out of range of the buffer")
+    for field_offset, value in ((SESSION_ID_FIELD_OFFSET, session_id), (STREAM_ID_FIELD_OFFSET, stream_id)):
+        column = np.ndarray((count,), dtype="<i4", buffer=buf, offset=first + field_offset, strides=(stride,))
+        column[...] = to_int32(value)
 
 
 def frame_type_at(buf: Any, offset: int) -> int:

@@ -294,3 +294,24 @@ def test_head_end_of_and_count_starting_before() -> None:
     assert head.offsets.tolist() == [0, 64] and head.stop_offset == 224 and head.stop_reason is ScanStop.END
     assert head.session_ids().tolist() == scan.session_ids()[:2].tolist()
     assert scan.head(10) is scan and scan.head(0).count == 0
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_strided_rewrite_equals_the_scatter_and_stride_is_set_only_for_one_fixed_length(seed: int) -> None:
+    rng = random.Random(seed)
+    fixed = rng.random() < 0.5
+    size = rng.choice([0, 1, 31, 32, 100, 992])
+    lengths = [size] * rng.randint(1, 3000) if fixed else [rng.randint(0, 200) for _ in range(rng.randint(1, 600))]
+    buf = build_frames(lengths, 1 << 20, seed=seed)
+    end = rng.randrange(0, len(buf) + 1) & ~31 if rng.random() < 0.3 else len(buf)
+    scan = scan_frames(buf, 0, end)
+    head = scan.head(rng.randint(0, scan.count))
+    if head.stride:
+        assert np.array_equal(np.diff(head.offsets), np.full(max(head.count - 1, 0), head.stride))
+        assert len({int(x) for x in head.lengths}) <= 1
+    if fixed and size and head.count > 8:
+        assert head.stride == F.align(size + F.HEADER_LENGTH, F.FRAME_ALIGNMENT)
+    expected, got = bytearray(buf), bytearray(buf)
+    F.rewrite_session_and_stream(expected, head.offsets, -5, 0x7FFF_FFFF)
+    F.rewrite_scan_session_and_stream(got, head, -5, 0x7FFF_FFFF)
+    assert got == expected

@@ -119,3 +119,23 @@ def test_the_agent_loop_reads_its_clock_once_per_cycle_and_passes_that_time_down
     # Each cycle: one reading for `now`, one to measure the cycle's duration.
     assert seen == [1_000, 1_020, 1_040]
     assert agent.max_cycle_time_ns == 10
+
+
+def test_idle_strategy_sleeps_briefly_while_a_consumer_drains_then_backs_off(monkeypatch):
+    import aeron_archive_spark.archive.server.agent as agent_module
+    from aeron_archive_spark.archive.server.agent import BackoffIdleStrategy
+
+    slept: list[float] = []
+    monkeypatch.setattr(agent_module.time, "sleep", slept.append)
+    idle = BackoffIdleStrategy(max_spins=1, max_yields=1, min_sleep_s=0.00005, max_sleep_s=0.001,
+                               back_pressured_max_sleep_s=0.0001, back_pressured_max_idles=5)
+    for _ in range(12):
+        idle.idle(0, back_pressured=True)
+    sleeps = [s for s in slept if s > 0]
+    assert sleeps[:5] == [0.00005, 0.0001, 0.0001, 0.0001, 0.0001]  # capped while the window reopens soon
+    assert sleeps[5:] == [0.001] * len(sleeps[5:]) and sleeps[5:]  # a stalled consumer: the ordinary back-off
+    slept.clear()
+    idle.idle(1)  # work resets everything
+    for _ in range(8):
+        idle.idle(0)
+    assert [s for s in slept if s > 0] == [0.00005, 0.0001, 0.0002, 0.0004, 0.0008, 0.001]
