@@ -9,6 +9,7 @@ The default run commits a few hundred batches; `-m slow` commits thousands.
 
 from __future__ import annotations
 
+import logging
 import os
 
 import pytest
@@ -37,7 +38,10 @@ def harness(aeron_dir, tmp_path):
     h.close()
 
 
-def _soak(harness, tmp_path, monkeypatch, commits: int) -> None:
+def _soak(harness, tmp_path, monkeypatch, caplog, commits: int) -> None:
+    # pytest keeps every captured log record of a test in memory (log_level INFO: several lines a commit), which
+    # would show as RSS growth of the test, not of the sink
+    caplog.set_level(logging.WARNING)
     monkeypatch.setattr(sink_log, "COMPACT_AFTER_BYTES", 16 * 1024)
     monkeypatch.setattr(sink_log, "RECENT_ENTRIES", 8)
     sink_log._cache.clear()
@@ -51,9 +55,13 @@ def _soak(harness, tmp_path, monkeypatch, commits: int) -> None:
             samples.append(_usage())
     samples.append(_usage())
     files, maps, rss = zip(*samples, strict=True)
-    # One leaked publication per commit would add two mappings (log buffer, and its file) per commit.
+    print(f"{commits} commits: open files {files}, mappings {maps}, RSS KiB {rss}")
+    # One leaked publication per commit would add mappings (its log buffer) with every commit. The allocator may
+    # map a few more regions early on (seen: +14 over the first thousand commits of 5,000, then flat), so the
+    # bound is a small constant overall and flat over the second half.
     assert max(files) - files[0] <= 2, f"open files grew over {commits - warm} commits: {files}"
-    assert max(maps) - maps[0] <= 8, f"memory mappings grew over {commits - warm} commits: {maps}"
+    assert max(maps) - maps[0] <= 32, f"memory mappings grew over {commits - warm} commits: {maps}"
+    assert maps[-1] - maps[len(maps) // 2] <= 8, f"memory mappings still growing: {maps}"
     assert rss[-1] - rss[0] < 16 * 1024, f"RSS grew by {(rss[-1] - rss[0]) // 1024} MiB: {rss}"
 
     view = sink_view(options)
@@ -66,10 +74,10 @@ def _soak(harness, tmp_path, monkeypatch, commits: int) -> None:
     assert [v for v, _ in got] == [f"{commits - 1}:{i}".encode() * (1 + i % 7) for i in range(20)]
 
 
-def test_a_long_running_sink_keeps_files_mappings_and_its_log_bounded(harness, tmp_path, monkeypatch):
-    _soak(harness, tmp_path, monkeypatch, 300)
+def test_a_long_running_sink_keeps_files_mappings_and_its_log_bounded(harness, tmp_path, monkeypatch, caplog):
+    _soak(harness, tmp_path, monkeypatch, caplog, 300)
 
 
 @pytest.mark.slow
-def test_a_sink_soak_of_thousands_of_commits(harness, tmp_path, monkeypatch):
-    _soak(harness, tmp_path, monkeypatch, 5000)
+def test_a_sink_soak_of_thousands_of_commits(harness, tmp_path, monkeypatch, caplog):
+    _soak(harness, tmp_path, monkeypatch, caplog, 5000)
