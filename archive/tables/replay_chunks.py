@@ -13,7 +13,13 @@ Used when the options name a running archive and no `archiveDir`. Each partition
    only valid inside the poll callback), yielding `(chunk, position)` with the position computed from each
    block's term id / term offset and the image's initial term id and term length (replay positions equal
    recording positions); a gap or overlap is an error, never silently skipped. Replay rewrites every frame's
-   session id and stream id to its own; they are put back (recording's values) so chunks equal the segment files.
+   session id and stream id to its own; they are put back (recording's values) so chunks equal the segment files,
+   and the frame scan that does it goes along with the chunk (`iter_scanned_chunks`), sparing the decoder a
+   second walk. A chunk is handed over when it is half full and the image has nothing more yet, when it is full,
+   when no block came for `HAND_OVER_WAIT_S` or the image ended, or when the replay is done (before any
+   continuation replay is asked for, so a caller that has its last message stops without one); waiting for the
+   replay, the reader sleeps after a few empty polls rather than spinning, leaving the CPU to the archive's
+   replayer.
 
 Back pressure: the image is polled only when the caller asks for the next chunk, so a slow consumer back-pressures
 the archive's replay publication (flow control), never drops data. Liveness: if no frame arrives for the message
@@ -53,6 +59,7 @@ from aeron_archive_spark.archive.storage.frames import (
     HEADER_LENGTH,
     TERM_OFFSET_FIELD_OFFSET,
     TYPE_FIELD_OFFSET,
+    FrameScan,
     ScanStop,
     compute_position,
     rewrite_session_and_stream,
@@ -77,6 +84,14 @@ CONTINUATION_LENGTH = 1024 * 1024
 # How often the control session is polled while fetching: replay errors arrive there, and polling keeps the
 # archive's control response publication drained.
 CONTROL_POLL_INTERVAL_S = 0.2
+# A chunk is handed over once it holds half the buffer, or when no block came for this long (the replay paused:
+# never in a healthy replay, whose blocks come every millisecond or so; well within the stall timeout).
+HAND_OVER_WAIT_S = 0.05
+# Waiting for the replay: empty polls before sleeping, the sleep, and the longer sleep after IDLE_LONG_AFTER polls.
+IDLE_SPINS = 3
+IDLE_SLEEP_S = 0.0001
+IDLE_LONG_AFTER = 2000
+IDLE_LONG_SLEEP_S = 0.001
 # How long to wait for the archive's error response once a replay image ended early.
 ERROR_GRACE_S = 1.0
 
@@ -99,6 +114,12 @@ class ReplayChunkSource:
         self._pool = pool
 
     def iter_chunks(self, partition: ReadRange) -> Iterator[tuple[memoryview, int]]:
+        for chunk, position, _ in self.iter_scanned_chunks(partition):
+            yield chunk, position
+
+    def iter_scanned_chunks(self, partition: ReadRange) -> Iterator[tuple[memoryview, int, FrameScan]]:
+        """`(chunk, position, scan)`: `scan` walks exactly `chunk` with `stop_at_padding=False` (the walk that puts
+        the recording's session and stream ids back, handed on so the decoder need not walk the chunk again)."""
         connection = partition.connection
         if connection is None:
             raise ValueError(
@@ -281,7 +302,7 @@ class _ReplayFetch:
 
     # ---- fetching ---------------------------------------------------------------------------------------------
 
-    def chunks(self) -> Iterator[tuple[memoryview, int]]:
+    def chunks(self) -> Iterator[tuple[memoryview, int, FrameScan]]:
         self.connect()
         buffer = bytearray(self.chunk_length)
         view = memoryview(buffer)
@@ -289,6 +310,9 @@ class _ReplayFetch:
         chunk_position = self.position
         segment_limit = min(self.limit, max(self.end, self.start + 32) + SLACK)
         continuation = CONTINUATION_LENGTH
+        # Caught up with the replay, a chunk is handed over once it holds this much (or the replay is done or
+        # paused): the decoder's and Spark's costs per batch stay small next to its rows, no small batch is merged.
+        hand_over = max(1, self.chunk_length // 2)
         cut = False
         while True:
             image = self.start_replay(self.position, segment_limit - self.position)
@@ -334,7 +358,7 @@ class _ReplayFetch:
                 got = image.block_poll(on_block, space) if space > 0 else 0
                 if cut:  # a PAD frame was cut short: the next chunk starts after it
                     if fill > 0:
-                        yield self.as_recorded(view[:fill]), chunk_position
+                        yield self.as_recorded(view[:fill], chunk_position)
                     chunk_position, fill, cut = self.position, 0, False
                     last_progress = time.monotonic()
                     continue
@@ -343,8 +367,16 @@ class _ReplayFetch:
                     last_progress = time.monotonic()
                     self._poll_control(force=False)
                     continue
-                if fill > 0:  # caught up with the replay, or the buffer is full: hand over what we have
-                    yield self.as_recorded(view[:fill]), chunk_position
+                if fill > 0 and (
+                    fill >= hand_over
+                    or space <= 0
+                    or time.monotonic() - last_progress > HAND_OVER_WAIT_S
+                    or image.is_end_of_stream
+                    or image.is_closed
+                ):
+                    # Enough for a batch, or the buffer is full, or the replay paused or ended: what came so far
+                    # may be all the caller needs (its last message), so a pause or an early end never holds it.
+                    yield self.as_recorded(view[:fill], chunk_position)
                     chunk_position, fill = self.position, 0
                     last_progress = time.monotonic()  # time spent by the consumer is not a stall
                     continue
@@ -354,11 +386,18 @@ class _ReplayFetch:
                 if time.monotonic() - last_progress > self.timeout_s:
                     raise ReplayFetchError(f"replay stalled: no data for {self.timeout_s:.1f}s at {self.where()}")
                 idle += 1
-                if idle > 100:
-                    time.sleep(0.0002 if idle < 1000 else 0.001)
+                if idle > IDLE_SPINS:
+                    # The replay is written by another thread or process, a block at a time: spinning on an empty
+                    # image would only take CPU from it (two cores are common), and Python cannot sleep < ~60 us.
+                    time.sleep(IDLE_SLEEP_S if idle < IDLE_LONG_AFTER else IDLE_LONG_SLEEP_S)
             # This replay sent everything it was asked for and ends by itself.
             self.replay_active = False
             image.close()
+            if fill > 0:
+                # Hand over what it sent before replaying on: the caller usually stops here, having its last
+                # message whole (a continuation replay is only for a message fragmented past the bound).
+                yield self.as_recorded(view[:fill], chunk_position)
+                chunk_position, fill = self.position, 0
             if self.position >= self.limit:
                 break
             segment_limit = min(self.limit, self.position + continuation)
@@ -369,21 +408,21 @@ class _ReplayFetch:
                 self.position,
                 segment_limit,
             )
-        if fill > 0:
-            yield self.as_recorded(view[:fill]), chunk_position
 
-    def as_recorded(self, chunk: memoryview) -> memoryview:
-        """Put the recording's session id and stream id back into every frame header (replay rewrote them).
+    def as_recorded(self, chunk: memoryview, position: int) -> tuple[memoryview, int, FrameScan]:
+        """`(chunk, position, scan)`, the recording's session id and stream id put back into every frame header
+        (replay rewrote them).
 
         Chunks then hold the frames exactly as the segment files do (bar a CRC kept in the session id field by
-        recordings made with record checksums), whichever path read them; one vectorised scan and scatter.
+        recordings made with record checksums), whichever path read them; one vectorised scan and scatter. The
+        scan (`stop_at_padding=False`, exactly `chunk`) goes along, so the decoder does not walk the chunk again.
         """
         scan = scan_frames(chunk, 0, len(chunk), stop_at_padding=False)
         offsets = scan.offsets
         if scan.stop_reason is ScanStop.INCOMPLETE and len(chunk) - scan.stop_offset >= HEADER_LENGTH:
             offsets = np.append(offsets, scan.stop_offset)  # a PAD frame cut after its header
         rewrite_session_and_stream(chunk, offsets, self.session_id, self.recording_stream_id)
-        return chunk
+        return chunk, position, scan
 
     def _replay_ended_early(self, image: Image) -> None:
         """The replay image went away before the requested range: report the archive's reason if it sends one."""

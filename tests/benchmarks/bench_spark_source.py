@@ -8,7 +8,7 @@ beside a trivial in-memory Python data source that yields the very same Arrow ba
 IPC file (no decoding at all): the most any Python source can do on this machine. Figures are rows/s and MB/s of
 payload, plus the ratio to that ceiling.
 
-Run: `python -m tests.benchmarks.bench_spark_source [--rows-64 N] [--rows-1k N] [--repeat R]`.
+Run: `python -m tests.benchmarks.bench_spark_source [--rows-64 N] [--rows-1k N] [--repeat R] [--sizes 64,1024]`.
 """
 
 from __future__ import annotations
@@ -216,6 +216,7 @@ def main() -> None:
     parser.add_argument("--rows-64", type=int, default=3_000_000)
     parser.add_argument("--rows-1k", type=int, default=300_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--sizes", default="64,1024", help="message sizes to measure, of 64 and 1024")
     args = parser.parse_args()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -224,7 +225,8 @@ def main() -> None:
     from aeron_archive_spark import connector
 
     spark = (SparkSession.builder.master("local[2]").appName("bench-spark-source")
-             .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.memory", "4g")
              .config("spark.python.worker.reuse", "true").getOrCreate())
     spark.sparkContext.setLogLevel("WARN")
     connector.register(spark)
@@ -242,7 +244,10 @@ def main() -> None:
     results = []
     decode_figures: list[tuple[int, Figure]] = []
     try:
+        sizes = {int(size) for size in args.sizes.split(",")}
         for payload, rows in ((64, args.rows_64), (1024, args.rows_1k)):
+            if payload not in sizes:
+                continue
             recording_id = record(h, payload, rows)
             disk = {"archiveDir": h.ctx.archive_dir, "recordingId": str(recording_id)}
             remote = {"aeronDir": h.aeron_dir, "controlChannel": h.ctx.local_control_channel,

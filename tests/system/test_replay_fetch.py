@@ -246,3 +246,43 @@ def test_executor_without_a_driver_starts_an_embedded_one_and_receives_the_repla
         h.close()
         pool.close()
     assert pool.embedded_driver_dir() is None
+
+
+def test_a_partition_whose_last_message_ends_in_the_slack_takes_one_replay(harness, caplog):
+    """The chunks of a finished replay reach the decoder before any continuation replay is asked for: a partition
+    ending before the recording's end whose last message is complete within `SLACK` costs one replay, not two."""
+    import logging
+
+    import pyarrow as pa
+
+    from aeron_archive_spark.archive.tables.read import read_batches
+    from aeron_archive_spark.connector.source.schema import FIXED_FIELDS, arrow_schema
+
+    caplog.set_level(logging.INFO)
+    d, spans = record_stopped(harness, payloads_of([1000] * 400, seed=21), 3108)
+    stop = d.stop_position
+    end = 2 * SMALL_TERM  # a term boundary, as planning cuts ranges
+    p = partition(d, 0, end, stop, connection(harness))
+    caplog.clear()
+    batches = list(read_batches(p, arrow_schema(FIXED_FIELDS), None, ReplayChunkSource(chunk_length=48 * 1024)))
+    table = pa.Table.from_batches(batches)
+    frame = align(HEADER_LENGTH + 1000, FRAME_ALIGNMENT)  # spans start before a term's padding: use the ends
+    assert table.column("position").to_pylist() == [e - frame for _, e in spans if e - frame < end]
+    replays = [r for r in caplog.messages if r.startswith("replay ") and " from " in r]
+    assert len(replays) == 1 and f"length {end + 64 * 1024}" in replays[0], replays
+    wait_for(lambda: not harness.archive.conductor._replays, what="replays finished")
+
+
+def test_scanned_chunks_carry_the_scan_of_exactly_the_chunk(harness):
+    from aeron_archive_spark.archive.storage.frames import scan_frames
+
+    d, _ = record_stopped(harness, payloads_of(SIZES * 40, seed=22), 3109)
+    source = ReplayChunkSource(chunk_length=48 * 1024)
+    p = partition(d, 0, d.stop_position, d.stop_position, connection(harness))
+    seen = 0
+    for chunk, _position, scan in source.iter_scanned_chunks(p):
+        fresh = scan_frames(chunk, 0, len(chunk), stop_at_padding=False)
+        assert scan.stop_offset == fresh.stop_offset and scan.stop_reason is fresh.stop_reason
+        assert scan.offsets.tolist() == fresh.offsets.tolist() and scan.flags.tolist() == fresh.flags.tolist()
+        seen += len(chunk)
+    assert seen > 0
