@@ -210,6 +210,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=200_000, help="1 KiB rows per sink run")
     parser.add_argument("--batch-rows", type=int, default=50_000)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument(
+        "--mtu",
+        type=int,
+        default=None,
+        help="mtu of the sink's channels (Aeron's default 1408): the recording, and so its replays, keep it",
+    )
     args = parser.parse_args(argv)
 
     from tests.cluster.topology import Topology
@@ -220,16 +226,17 @@ def main(argv: list[str] | None = None) -> int:
         topology.up()
     try:
         archive_ip, master = topology.ip("archive"), topology.master_url
+        mtu = f"|mtu={args.mtu}" if args.mtu else ""
         cluster_sink = {
             "controlChannel": topology.archive_control_channel,
-            "channel": f"aeron:udp?endpoint={archive_ip}:40700|term-length=16m",
+            "channel": f"aeron:udp?endpoint={archive_ip}:40700|term-length=16m{mtu}",
             "streamId": "9100",
         }
         one_host_sink = {
             "aeronDir": topology.archive_aeron_dir,
             "controlChannel": topology.archive_control_channel,
             "sourceLocation": "local",
-            "channel": "aeron:ipc?term-length=16m",
+            "channel": f"aeron:ipc?term-length=16m{mtu}",
             "streamId": "9200",
         }
         common = {"rows": args.rows, "batchRows": args.batch_rows, "reps": args.reps}
