@@ -376,14 +376,41 @@ def _publish(
             opened.publication.close()
             raise
     pending = Pending(batch_id, opened.recording_id, opened.start_position, now)
-    try:
-        stop_position = _stream_staged(ops, opened, staged, batch_id)
-    except BaseException as ex:
-        opened.publication.close()
-        _rollback(ops, held, pending, ex)
-        raise
+    return _publish_and_record(ops, held, opened, staged, pending, rows, payload)
+
+
+def _publish_and_record(
+    ops: ArchiveOps,
+    held: HeldLog,
+    opened: OpenRecording | None,
+    staged: list[StagedPartition],
+    pending: Pending,
+    rows: int,
+    payload: int,
+    skip: int = 0,
+    stop_position: int | None = None,
+) -> BatchEntry:
+    """Publish the batch's rows (but the first `skip`) on `opened`, then append its `commit` record.
+
+    A failure while publishing closes the publication and rolls the batch back at once (best effort). With no
+    publication (every row already recorded), `stop_position` is where the batch ends.
+    """
+    if opened is not None:
+        try:
+            stop_position = _stream_staged(ops, opened, staged, pending.batch_id, skip=skip)
+        except BaseException as ex:
+            opened.publication.close()
+            _rollback(ops, held, pending, ex)
+            raise
+    assert stop_position is not None
     entry = BatchEntry(
-        batch_id, opened.recording_id, opened.start_position, stop_position, rows, payload, int(time.time() * 1000)
+        pending.batch_id,
+        pending.recording_id,
+        pending.start_position,
+        stop_position,
+        rows,
+        payload,
+        int(time.time() * 1000),
     )
     return _record(held, entry)
 
@@ -407,19 +434,10 @@ def _publish_rest(
             f"recording {pending.recording_id} stops at {descriptor.stop_position}, not at {resume.position} where "
             f"the interrupted commit of batch {batch_id} is to go on: was it changed by someone else?"
         )
-    stop_position = resume.position
+    opened = None
     if resume.rows < rows:
         opened = ops.open_extend(descriptor, options.channel or descriptor.original_channel)
-        try:
-            stop_position = _stream_staged(ops, opened, staged, batch_id, skip=resume.rows)
-        except BaseException as ex:
-            opened.publication.close()
-            _rollback(ops, held, pending, ex)
-            raise
-    entry = BatchEntry(
-        batch_id, pending.recording_id, pending.start_position, stop_position, rows, payload, int(time.time() * 1000)
-    )
-    return _record(held, entry)
+    return _publish_and_record(ops, held, opened, staged, pending, rows, payload, resume.rows, resume.position)
 
 
 def _adopt(ops: ArchiveOps, held: HeldLog, creating: Creating, kind: str, now: int) -> None:

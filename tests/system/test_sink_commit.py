@@ -290,26 +290,27 @@ def test_a_long_log_is_compacted_into_a_new_generation_and_the_old_one_purged(ha
     expected = []
     entries = []
     with caplog.at_level(logging.INFO, logger="aeron_archive_spark.connector.sink.sink_log"):
-        for batch in range(12):
+        for batch in range(24):
             messages, rows = stage_batch(options, batch, sizes=(3, 2))
             entries.append(commit_batch(options, messages, batch, str(batch), True))
             expected += rows
     assert "compacted sink log recording" in caplog.text
     [(generation, current)] = _sink_logs(harness, options)  # one log left: every older generation was purged
     assert generation >= 2
-    assert current.stop_position - current.start_position < 1500 + 1200  # bounded: what a fresh process folds
+    # bounded: what a fresh process folds (compaction is due past the threshold, or twice a snapshot's size)
+    assert current.stop_position - current.start_position < max(1500, 512 * 7) + 1200
     view = sink_view(options)
     assert view.log_recording_id == current.recording_id
-    assert view.state.count == 12 and view.state.last == entries[-1]
+    assert view.state.count == 24 and view.state.last == entries[-1]
     assert view.state.target.recording_id == entries[0].recording_id
-    assert view.entries == entries[-len(view.entries):] and 3 <= len(view.entries) < 12
+    assert view.entries == entries[-len(view.entries):] and 3 <= len(view.entries) < 24
 
     # A fresh process (nothing cached) re-commits a carried-over batch (a no-op) and goes on exactly once.
     small_logs._cache.clear()
-    again, _ = stage_batch(options, 11, sizes=(3, 2))
-    assert commit_batch(options, again, 11, "11", True) == entries[-1]
-    messages, rows = stage_batch(options, 12, sizes=(3, 2))
-    assert commit_batch(options, messages, 12, "12", True).batch_id == 12
+    again, _ = stage_batch(options, 23, sizes=(3, 2))
+    assert commit_batch(options, again, 23, "23", True) == entries[-1]
+    messages, rows = stage_batch(options, 24, sizes=(3, 2))
+    assert commit_batch(options, messages, 24, "24", True).batch_id == 24
     assert replay_recording(harness.client, entries[0].recording_id) == expected + rows
 
 
@@ -319,14 +320,14 @@ def test_a_compaction_that_fails_midway_loses_nothing(harness, tmp_path, small_l
     # the new generation is whole but the old log never gets its `moved` record: the next commit takes the new
     # one and purges the old
     faults.arm({"point": "compact", "action": "raise"})
-    for batch in range(8):
+    for batch in range(16):
         messages, rows = stage_batch(options, batch, sizes=(3, 2))
         commit_batch(options, messages, batch, str(batch), True)
         expected += rows
     [(generation, _)] = _sink_logs(harness, options)
     assert generation >= 1
     view = sink_view(options)
-    assert view.state.count == 8 and view.state.last.batch_id == 7
+    assert view.state.count == 16 and view.state.last.batch_id == 15
 
     # A generation cut short (its writer died mid-snapshot) is ignored and purged; the log before it goes on.
     from aeron_archive_spark.connector.sink.archive_ops import ArchiveOps, SignalLog, lease_archive
@@ -344,10 +345,10 @@ def test_a_compaction_that_fails_midway_loses_nothing(harness, tmp_path, small_l
         cut.release()
     assert len(_sink_logs(harness, options)) == 2
     assert sink_view(options).log_recording_id == current.recording_id  # readers skip it too
-    messages, rows = stage_batch(options, 8, sizes=(3, 2))
-    assert commit_batch(options, messages, 8, "8", True).batch_id == 8
+    messages, rows = stage_batch(options, 16, sizes=(3, 2))
+    assert commit_batch(options, messages, 16, "16", True).batch_id == 16
     assert opened.recording_id not in [d.recording_id for _, d in _sink_logs(harness, options)]
-    assert sink_view(options).state.count == 9
+    assert sink_view(options).state.count == 17
     assert replay_recording(harness.client, sink_view(options).state.target.recording_id) == expected + rows
 
 
