@@ -303,12 +303,6 @@ def log_id_of(descriptor: RecordingDescriptor) -> tuple[str, int] | None:
         return None
 
 
-def log_key_of(descriptor: RecordingDescriptor) -> str | None:
-    """The key in a log recording's channel alias."""
-    found = log_id_of(descriptor)
-    return None if found is None else found[0]
-
-
 def generations(descriptors: list[RecordingDescriptor]) -> dict[str, list[tuple[int, RecordingDescriptor]]]:
     """Log recordings by key, each list newest generation first (lowest recording id first within one).
 
@@ -418,7 +412,9 @@ def read_sinks(connection: ConnectionOptions, key: str | None = None) -> list[Si
                 stop = descriptor.stop_position
                 if stop < 0:  # a commit holds it: read what is recorded so far
                     stop = archive.get_recording_position(descriptor.recording_id)
-                    stop = descriptor.start_position if stop < 0 else stop
+                if stop < 0:  # it stopped since it was listed (a commit released or abandoned it)
+                    stop = archive.get_stop_position(descriptor.recording_id)
+                stop = max(stop, descriptor.start_position)
                 state = read_state(connection, descriptor, stop, True)
                 if state.complete:  # else a compaction died mid-snapshot: the generation before it holds the state
                     views.append(SinkView(descriptor.recording_id, found_key, state))
