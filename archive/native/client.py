@@ -32,6 +32,18 @@ logger = logging.getLogger(__name__)
 IDLE_SLEEP_ENV = "AERON_CLIENT_IDLE_SLEEP_DURATION"
 DEFAULT_IDLE_SLEEP_NS = 1_000_000
 _ADD_TIMEOUT_MARGIN_S = 2.0
+# The C client conductor's back-off (Aeron's "backoff" idle strategy): after a duty cycle with work it spins, then
+# yields, then parks from 1 us doubling up to the idle sleep, so a command or a driver response that follows
+# closely (an add's command, its answer, the image that comes with it) is handled within microseconds, while an
+# idle client parks for the full idle sleep after ~2 ms, as a sleeping strategy would.
+BACKOFF_MAX_SPINS = 10
+BACKOFF_MAX_YIELDS = 20
+BACKOFF_MIN_PARK_NS = 1_000
+# Waiting for an async add (see `_await`): the first polls only yield, then short sleeps for a few ms, then
+# sleeps of POLL_INTERVAL_S.
+_AWAIT_YIELDS = 20
+_AWAIT_SHORT_SLEEP_S = 0.00005
+_AWAIT_SHORT_FOR_S = 0.005
 _context_env_lock = threading.Lock()
 
 
@@ -44,11 +56,15 @@ class AeronClient(NativeWrapper[ClientNative]):
 
     `close()` closes all subscriptions, images, publications and counters created through this client and then the
     client itself; it is idempotent and also runs at garbage collection / interpreter exit. Adds are synchronous
-    and bounded by `driver_timeout_ms`. `idle_sleep_duration_ns` sets the client conductor's idle sleep (lower
-    means faster adds and image notifications at the cost of wake-ups); it defaults to 1 ms rather than the C
-    client's 16 ms, because every synchronous add waits for the conductor at least twice. The C client only reads
-    it from `AERON_CLIENT_IDLE_SLEEP_DURATION` while the context is created, so it is set there (under a lock,
-    restored afterwards) unless the user set that variable.
+    and bounded by `driver_timeout_ms`. `idle_sleep_duration_ns` sets the client conductor's longest idle sleep
+    (lower means faster adds and image notifications after a quiet spell, at the cost of wake-ups); it defaults to
+    1 ms rather than the C client's 16 ms, because every synchronous add waits for the conductor at least twice.
+    The conductor idles with Aeron's back-off strategy (spin, yield, then parks from 1 us doubling up to that
+    sleep), so the steps of an add that follow one another (command, driver response, image) cost microseconds
+    rather than a sleep each, and an idle client still wakes only once per idle sleep. The C client reads the
+    sleep only from `AERON_CLIENT_IDLE_SLEEP_DURATION` while the context is created, so it is set there (under a
+    lock, restored afterwards); if the user set that variable, the C client's own sleeping strategy and that
+    value are left as they are.
     """
 
     def __init__(
@@ -64,10 +80,13 @@ class AeronClient(NativeWrapper[ClientNative]):
         super().__init__(native)
         self._finalizer = weakref.finalize(self, native.close)
         context = ffi.new("aeron_context_t **")
+        # The longest idle park of our back-off; None when the user's environment (or the C default) decides.
+        backoff_max_park_ns: int | None = None
         with _context_env_lock:
             override = None
             if idle_sleep_duration_ns is not None and IDLE_SLEEP_ENV not in os.environ:
-                override = os.environ[IDLE_SLEEP_ENV] = f"{int(idle_sleep_duration_ns)}ns"
+                backoff_max_park_ns = int(idle_sleep_duration_ns)
+                override = os.environ[IDLE_SLEEP_ENV] = f"{backoff_max_park_ns}ns"
             try:
                 initialised = lib.aeron_context_init(context)
             finally:
@@ -86,6 +105,12 @@ class AeronClient(NativeWrapper[ClientNative]):
                 raise last_error("aeron_context_set_driver_timeout_ms")
             if lib.aeron_context_set_error_handler(ctx, ERROR_CB, native.handle) < 0:
                 raise last_error("aeron_context_set_error_handler")
+            if backoff_max_park_ns is not None:
+                args = f"{BACKOFF_MAX_SPINS}-{BACKOFF_MAX_YIELDS}-{BACKOFF_MIN_PARK_NS}-{backoff_max_park_ns}"
+                if lib.aeron_context_set_idle_strategy_init_args(ctx, args.encode()) < 0:
+                    raise last_error(f"aeron_context_set_idle_strategy_init_args({args!r})")
+                if lib.aeron_context_set_idle_strategy(ctx, b"backoff") < 0:
+                    raise last_error(f"aeron_context_set_idle_strategy('backoff', {args!r})")
             aeron = ffi.new("aeron_t **")
             if lib.aeron_init(aeron, ctx) < 0:
                 raise last_error(f"aeron_init(aeron_dir={native.aeron_dir!r})")
@@ -150,9 +175,18 @@ class AeronClient(NativeWrapper[ClientNative]):
         )
 
     def _await(self, what: str, poll: Callable[[Any, Any], int], out: Any, async_ptr: Any) -> Any:
-        """Poll an async add until done; the conductor itself fails it after the driver timeout."""
+        """Poll an async add until done; the conductor itself fails it after the driver timeout.
+
+        An add takes the C conductor and the driver from tens of microseconds (both awake) to a millisecond or
+        two (both parked): the first polls only yield the CPU (and the GIL), then sleeps of 50 us for the first
+        5 ms, so the answer is seen within ~0.1 ms of its arrival; only then `POLL_INTERVAL_S`, so a slow answer
+        (a driver that is busy or gone) costs no more wake-ups than before. An in-flight wait, never an idle loop.
+        """
         timeout_ms = self._n.driver_timeout_ms
-        deadline = time.monotonic() + timeout_ms / 1000.0 + _ADD_TIMEOUT_MARGIN_S
+        started = time.monotonic()
+        deadline = started + timeout_ms / 1000.0 + _ADD_TIMEOUT_MARGIN_S
+        short_until = started + _AWAIT_SHORT_FOR_S
+        polls = 0
         while True:
             with self._n.open():
                 rc = poll(out, async_ptr)
@@ -162,7 +196,11 @@ class AeronClient(NativeWrapper[ClientNative]):
                 return out[0]
             if time.monotonic() > deadline:
                 raise _AddTimedOut(f"{what}: no response from the media driver in {timeout_ms} ms")
-            time.sleep(POLL_INTERVAL_S)
+            polls += 1
+            if polls <= _AWAIT_YIELDS:
+                time.sleep(0)
+            else:
+                time.sleep(_AWAIT_SHORT_SLEEP_S if time.monotonic() < short_until else POLL_INTERVAL_S)
 
     def add_subscription(
         self,

@@ -136,6 +136,9 @@ const char *aeron_context_get_dir(aeron_context_t *context);
 int aeron_context_set_driver_timeout_ms(aeron_context_t *context, uint64_t value);
 int aeron_context_set_client_name(aeron_context_t *context, const char *value);
 int aeron_context_set_idle_sleep_duration_ns(aeron_context_t *context, uint64_t value);
+int aeron_context_set_idle_strategy_init_args(aeron_context_t *context, const char *value);
+int aeron_context_set_idle_strategy(aeron_context_t *context, const char *value);
+const char *aeron_context_get_idle_strategy(aeron_context_t *context);
 int aeron_context_set_error_handler(aeron_context_t *context, aeron_error_handler_t handler, void *clientd);
 
 int aeron_init(aeron_t **client, aeron_context_t *context);

@@ -94,6 +94,12 @@ class Agent(ABC):
         """Whether the last cycle found no work only because a consumer has yet to drain (see the idle strategy)."""
         return False
 
+    def is_awaiting(self) -> bool:
+        """Whether something this agent started is in flight and its next step, another thread's, is due within a
+        millisecond (a replay's hand-back during its set-up): the agent then idles in short sleeps, as when back
+        pressured, for a bounded number of idle cycles, instead of backing off to `max_sleep_s`."""
+        return False
+
     def start(self) -> None:
         self._running.set()
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
@@ -114,7 +120,7 @@ class Agent(ABC):
                 self.max_cycle_time_ns = max(self.max_cycle_time_ns, clock() - now_ns)
                 if self._fault_log.pending:
                     self._fault_log.flush()
-                self._idle.idle(work, work == 0 and self.is_back_pressured())
+                self._idle.idle(work, work == 0 and (self.is_back_pressured() or self.is_awaiting()))
         finally:
             try:
                 self.on_close()

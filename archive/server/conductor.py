@@ -55,7 +55,7 @@ from aeron_archive_spark.archive.server.list_recordings_session import ListRecor
 from aeron_archive_spark.archive.server.rate_limited_log import DEFAULT_INTERVAL_NS, RateLimitedLog
 from aeron_archive_spark.archive.server.recording_events_proxy import RecordingEventsProxy
 from aeron_archive_spark.archive.server.recording_session import RecordingSession
-from aeron_archive_spark.archive.server.replay_session import LimitCounter, ReplaySession
+from aeron_archive_spark.archive.server.replay_session import LimitCounter, ReplaySession, replay_buffer_length
 from aeron_archive_spark.archive.server.session import Session
 from aeron_archive_spark.archive.storage import segments
 from aeron_archive_spark.archive.storage.catalog import Catalog
@@ -175,6 +175,15 @@ class ArchiveConductor(Agent):
     def _on_replay_done(self, session: Session) -> None:  # replayer thread: hand back, nothing more
         assert isinstance(session, ReplaySession)
         self._tasks.put(lambda: self._close_replay_session(session))
+
+    def is_awaiting(self) -> bool:
+        """A replay being set up hands its OK back through the task queue (see `start_replay`): until it has
+        been sent, the conductor idles in short sleeps, so the client gets its answer within ~0.1 ms rather
+        than after a back-off of up to 1 ms. Read from the conductor thread; `ok_sent` is set by the replayer
+        after it enqueues the OK, so a pending task is checked too."""
+        if not self._tasks.empty():
+            return True
+        return any(not replay.ok_sent for replay in self._replays.values())
 
     def start(self) -> None:
         self.recorder.start()
@@ -864,6 +873,7 @@ class ArchiveConductor(Agent):
             raise ArchiveError(
                 f"cannot replay recording {recording_id} while its segments are being deleted", ErrorCode.GENERIC
             )
+        buffer_length = replay_buffer_length(io_length, replay_length, d.mtu_length)
         publication = self.aeron.add_exclusive_publication(
             self._replay_channel(replay_channel, replay_position, d), replay_stream_id
         )
@@ -890,7 +900,7 @@ class ArchiveConductor(Agent):
                 d.initial_term_id,
                 d.stream_id,
             ),
-            buffer=bytearray(io_length),
+            buffer=bytearray(buffer_length),
             term_length=d.term_buffer_length,
             stream_id=d.stream_id,
             checksum=self._replay_checksum,
@@ -903,6 +913,7 @@ class ArchiveConductor(Agent):
         )
         self._replays[replay_session_id] = replay
         self.counters.replay_sessions.set(len(self._replays))
+        replay.confirm_at_once(session.send_ok)
         self.replayer.add_session(replay)
         log.info(
             "replay %d of recording %d from %d length %d on %s stream %d",

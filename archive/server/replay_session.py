@@ -43,6 +43,17 @@ class ReplaySessionState(Enum):
     DONE = 3
 
 
+def replay_buffer_length(file_io_max_length: int, replay_length: int, mtu_length: int) -> int:
+    """The read buffer a replay of `replay_length` bytes needs: `file_io_max_length`, or less for a short replay.
+
+    A replay sends whole every frame that starts before its limit, so it never reads more than its length plus
+    one frame (at most `mtu_length`, aligned); a small replay then allocates, and zeroes, a few KiB rather than
+    the 1 MiB default. Never less than one frame, the least `fileIoMaxLength` may be.
+    """
+    needed = max(replay_length, 0) + mtu_length + frames.FRAME_ALIGNMENT
+    return min(file_io_max_length, needed)
+
+
 class LimitCounter:
     """A counter the replay may not pass (bounded replay, or a live recording's rec-pos), read by id."""
 
@@ -127,7 +138,8 @@ class ReplaySession:
         self._batch_position = -1
         self._batch_length = 0
         self._pad_length = 0
-        # True while the publication's window is full: the replayer then idles in short sleeps (see agent.py).
+        # True while the publication's window is full, or while the replay waits for its subscriber to connect
+        # (due within a millisecond or so of the OK): the replayer then idles in short sleeps (see agent.py).
         self.back_pressured = False
 
     @property
@@ -193,7 +205,33 @@ class ReplaySession:
             return 1
         return 0
 
+    @property
+    def ok_sent(self) -> bool:
+        """Whether the OK response has been handed to the conductor (read by the conductor's idle strategy)."""
+        return self._ok_sent
+
+    def confirm_at_once(self, send_ok: Callable[[int, int], None]) -> bool:
+        """Conductor thread, before the session goes to the replayer: INIT's first step now, when it can be done.
+
+        If the segment file at the replay position exists and the position is a frame, `send_ok` (the conductor
+        sending on the control session directly) confirms the replay now, saving the client the replayer's and
+        then the conductor's wake-ups; the replayer then only waits for the connection. Otherwise (a live
+        recording's segment not created yet, a position that fails validation, an I/O error) nothing is sent
+        and the replayer's INIT does it, failing the replay as usual where it must. Same response, same order.
+        """
+        try:
+            if not self._reader.segment_exists(self.replay_position):
+                return False
+            if self.replay_position > self.start_position and self.replay_position != self.stop_position:
+                self._reader.validate_frame_at(self.replay_position)
+        except Exception:  # the replayer's INIT meets it again and reports it as the replay's error
+            return False
+        send_ok(self.correlation_id, self.replay_session_id)
+        self._ok_sent = True
+        return True
+
     def _init(self, now: int) -> int:
+        self.back_pressured = False
         if not self._ok_sent:
             if not self._reader.segment_exists(self.replay_position):
                 if now > self._deadline_ns:
@@ -209,6 +247,7 @@ class ReplaySession:
         if not self.publication.is_connected:
             if now > self._deadline_ns:
                 return self._fail(f"no connection established for replay of recordingId={self.recording_id}")
+            self.back_pressured = True  # the client subscribes as soon as it has the OK: look again shortly
             return 0
         self._set_state(ReplaySessionState.REPLAY)
         return 1

@@ -92,6 +92,9 @@ IDLE_SPINS = 3
 IDLE_SLEEP_S = 0.0001
 IDLE_LONG_AFTER = 2000
 IDLE_LONG_SLEEP_S = 0.001
+# Waiting for the replay image: this many sleeps of IDLE_SLEEP_S, then sleeps of IMAGE_WAIT_SLEEP_S.
+IMAGE_WAIT_SHORT_SLEEPS = 50
+IMAGE_WAIT_SLEEP_S = 0.0005
 # How long to wait for the archive's error response once a replay image ended early.
 ERROR_GRACE_S = 1.0
 
@@ -238,6 +241,7 @@ class _ReplayFetch:
             self.subscription = self._add_subscription(add_session_id(self.channel, session_id))
         assert self.subscription is not None
         deadline = time.monotonic() + self.timeout_s
+        waits = 0
         while True:
             image = self.subscription.image_by_session_id(session_id)
             if image is not None:
@@ -256,7 +260,9 @@ class _ReplayFetch:
                     f"replay image (session {session_id}) did not connect within "
                     f"{self.timeout_s:.1f}s for {self.where(position)}"
                 )
-            time.sleep(0.0005)
+            # The image usually comes with the subscription or within ~0.1 ms: short sleeps first (in flight).
+            waits += 1
+            time.sleep(IDLE_SLEEP_S if waits < IMAGE_WAIT_SHORT_SLEEPS else IMAGE_WAIT_SLEEP_S)
 
     def _poll_control(self, force: bool) -> None:
         """Drain the control session (pings, signals); an error response for this session raises."""
@@ -304,7 +310,10 @@ class _ReplayFetch:
 
     def chunks(self) -> Iterator[tuple[memoryview, int, FrameScan]]:
         self.connect()
-        buffer = bytearray(self.chunk_length)
+        # No chunk ever holds more than the range's bytes (or a PAD header within them): a small range allocates,
+        # and zeroes, that much rather than a whole chunk.
+        capacity = min(self.chunk_length, self.limit - self.start)
+        buffer = bytearray(capacity)
         view = memoryview(buffer)
         fill = 0
         chunk_position = self.position
@@ -333,7 +342,7 @@ class _ReplayFetch:
                         f"{self.position}, for {self.where()}"
                     )
                 n = len(block)
-                if fill + n > self.chunk_length:
+                if fill + n > capacity:
                     # Only a PAD frame comes whole past the poll's length limit (it runs to the term end): keep
                     # its header if it fits, and end the chunk there, as the ChunkSource contract allows.
                     if block[TYPE_FIELD_OFFSET] != HDR_TYPE_PAD:
@@ -341,7 +350,7 @@ class _ReplayFetch:
                             f"replay delivered a {n}-byte block of data frames beyond the "
                             f"requested length at {self.where()}"
                         )
-                    if self.chunk_length - fill >= HEADER_LENGTH:
+                    if capacity - fill >= HEADER_LENGTH:
                         view[fill : fill + HEADER_LENGTH] = block[:HEADER_LENGTH]
                         fill += HEADER_LENGTH
                     cut = True
@@ -354,7 +363,7 @@ class _ReplayFetch:
             idle = 0
             cut = False
             while self.position < segment_limit:
-                space = min(self.chunk_length - fill, self.limit - self.position)
+                space = min(capacity - fill, self.limit - self.position)
                 got = image.block_poll(on_block, space) if space > 0 else 0
                 if cut:  # a PAD frame was cut short: the next chunk starts after it
                     if fill > 0:
