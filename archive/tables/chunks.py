@@ -68,8 +68,9 @@ class DiskChunkSource:
     Chunks are views of read-only memory mappings of the segment file (32 MiB windows), so payload bytes are copied
     once (into the Arrow `value` column), not twice (`pread` into a buffer, then into Arrow). A mapping lives
     exactly as long as views of it do (no explicit unmap that could race with the consumer), and a window bounds
-    the address space a task uses. A segment file shorter than the recorded range (damaged, or truncated
-    meanwhile) is an error, checked before mapping.
+    the address space a task uses. A read of a few KiB in all (a small recording) is a `pread` instead: there a
+    mapping's fixed cost is what counts, not the copy. A segment file shorter than the recorded range (damaged, or
+    truncated meanwhile) is an error, checked before mapping (or by the `pread` coming up short).
 
     Besides the protocol's `iter_chunks`, `iter_scanned_chunks` also yields the `FrameScan` of each chunk: finding
     where the whole frames of a read end needs a frame walk anyway, and handing it on spares the decoder a second
@@ -91,7 +92,7 @@ class DiskChunkSource:
         term_length = facts.term_length
         position = partition.start
         limit = partition.limit
-        segment = _Segment(partition)
+        segment = _Segment(partition, small=limit - position <= _SMALL_READ)
         try:
             while position < limit:
                 term_end = position - (position & (term_length - 1)) + term_length
@@ -126,10 +127,16 @@ class DiskChunkSource:
 
 
 class _Segment:
-    """The open segment file a partition is reading, and read-only mappings of stretches of it."""
+    """The open segment file a partition is reading, and read-only mappings of stretches of it.
 
-    def __init__(self, partition: ReadRange) -> None:
+    `small`: the whole read is at most `_SMALL_READ` bytes (a small recording's few messages): its stretches are
+    read with `pread` instead, which costs a few microseconds against some tens for a mapping (mmap, madvise, the
+    page fault, munmap); the copy is as cheap as the mapping's page fault at that size.
+    """
+
+    def __init__(self, partition: ReadRange, small: bool = False) -> None:
         self._p = partition
+        self._small = small
         self._fd = -1
         self._base = -1
         self._size = 0
@@ -151,16 +158,19 @@ class _Segment:
                     f"{self._path} (purged or deleted?)"
                 ) from ex
             self._base = base
-            self._size = os.fstat(self._fd).st_size
+            self._size = -1 if self._small else os.fstat(self._fd).st_size
         offset = position - base
         length = end - position
+        if self._small:
+            data = os.pread(self._fd, length, offset)
+            if len(data) < length:  # the file ends before `end`: the same error as the check below
+                self._size = os.fstat(self._fd).st_size
+                self._raise_short(end, offset + length)
+            return memoryview(data)
         if offset + length > self._size:
             self._size = os.fstat(self._fd).st_size  # a live recording's file may have grown
             if offset + length > self._size:
-                raise ArchiveError(
-                    f"recording {facts.recording_id}: segment file {self._path} holds {self._size} bytes, "
-                    f"position {end} needs {offset + length}; the recording may have been truncated"
-                )
+                self._raise_short(end, offset + length)
         if self._map is None or offset < self._map_start or offset + length > self._map_start + len(self._map):
             self._map = None  # unmapped once the consumer drops its last view of it
             map_start = offset - offset % _WINDOW
@@ -171,6 +181,12 @@ class _Segment:
                 self._map.madvise(_SEQUENTIAL)
         start = offset - self._map_start
         return memoryview(self._map)[start : start + length]
+
+    def _raise_short(self, end: int, needed: int) -> None:
+        raise ArchiveError(
+            f"recording {self._p.recording_id}: segment file {self._path} holds {self._size} bytes, "
+            f"position {end} needs {needed}; the recording may have been truncated"
+        )
 
     def close(self) -> None:
         fd, self._fd = self._fd, -1
@@ -184,3 +200,5 @@ class _Segment:
 # mmap/munmap and page-table work than it saves; a window bounds the address space a task uses.
 _WINDOW = 32 * 1024 * 1024
 _SEQUENTIAL = getattr(mmap, "MADV_SEQUENTIAL", None)
+# A read of at most this many bytes in all is done with `pread`, not mapped (see `_Segment`).
+_SMALL_READ = 64 * 1024

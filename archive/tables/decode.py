@@ -4,7 +4,9 @@ The hot path (unfragmented messages, the vast majority) has no Python loop per m
 frame columns, the fixed columns are numpy arrays, and the `value` column is built as an Arrow `binary_view` over
 the chunk itself (16-byte views computed with numpy: length + 4-byte prefix + offset, or the payload inlined when
 it is <= 12 bytes) and then cast to `binary`, which copies the payloads in C. Measured on 4 MiB chunks this is
-~7-12 GB/s for 64 B..1 KiB payloads, against ~0.3 GB/s for a numpy byte mask or gather index.
+~7-12 GB/s for 64 B..1 KiB payloads, against ~0.3 GB/s for a numpy byte mask or gather index. A chunk of a few
+messages (a small recording: one batch per recording) pays fixed costs instead, kept down: a handful of values are
+joined rather than cast, and columns are built from their buffers rather than through `pa.array`'s inference.
 
 Fragmented messages (rare) are reassembled with a Python loop over their fragments only. A partition owns the
 messages that BEGIN in `[start, end)`: leading continuation fragments (the partition starts at a term boundary
@@ -40,11 +42,19 @@ from aeron_archive_spark.archive.storage.frames import (
 from aeron_archive_spark.archive.tables.chunks import ChunkSource
 from aeron_archive_spark.archive.tables.payload import PayloadDecoder
 from aeron_archive_spark.archive.tables.ranges import ReadRange
+from aeron_archive_spark.archive.tables.schema import FIXED_FIELDS
 
 log = logging.getLogger(__name__)
 
 _BYTE_MASKS = np.array([0, 0xFF, 0xFFFF, 0xFFFFFF, 0xFFFFFFFF], dtype=np.uint32)
 _INLINE = 12  # Arrow binary_view keeps values of <= 12 bytes inside the view itself
+# Up to this many values, `binary_column` joins their bytes in Python: cheaper than casting a view (measured: 4
+# values 9 us against 30 us; even at 32).
+_JOIN_MAX_VALUES = 16
+_BINARY = pa.binary()
+_INT64 = pa.int64()
+_INT32 = pa.int32()
+_FIXED_SCHEMA = pa.schema(FIXED_FIELDS)
 
 # Batches smaller than this (tiny replay chunks) are merged before being handed to Spark, whose per-batch cost
 # would otherwise dominate.
@@ -52,7 +62,8 @@ MIN_BATCH_BYTES = 1024 * 1024
 
 
 def binary_column(chunk: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
-    """`binary` array of `chunk[starts[i] : starts[i] + lengths[i]]`, built without a Python loop.
+    """`binary` array of `chunk[starts[i] : starts[i] + lengths[i]]`, built without a Python loop (up to
+    `_JOIN_MAX_VALUES` values, joined by `_joined_binary`: a loop over a handful costs less than the cast).
 
     `starts` must be 4-byte aligned (payloads start 32 bytes into 32-byte-aligned frames), and every start but a
     zero-length value's lies inside `chunk`.
@@ -60,6 +71,8 @@ def binary_column(chunk: np.ndarray, starts: np.ndarray, lengths: np.ndarray) ->
     n = int(starts.size)
     if n == 0:
         return pa.array([], pa.binary())
+    if n <= _JOIN_MAX_VALUES:
+        return _joined_binary(chunk, starts, lengths)
     size = int(chunk.size)
     words = chunk[: size & ~3].view(np.uint32) if size >= 4 else np.zeros(1, np.uint32)
     plen = lengths.astype(np.int32, copy=False)
@@ -88,6 +101,25 @@ def binary_column(chunk: np.ndarray, starts: np.ndarray, lengths: np.ndarray) ->
             views[:, 3] = np.where(short, inline3, starts.astype(np.uint32))
     array = pa.Array.from_buffers(pa.binary_view(), n, [None, pa.py_buffer(views), pa.py_buffer(chunk)])
     return array.cast(pa.binary())
+
+
+def _joined_binary(chunk: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """`binary_column` for a few values: their bytes joined in Python, cheaper than the view-and-cast path's fixed
+    cost (a compute-kernel dispatch) for a handful of values (a small recording's few messages)."""
+    n = int(starts.size)
+    offsets = np.empty(n + 1, dtype=np.int32)
+    offsets[0] = 0
+    np.cumsum(lengths, out=offsets[1:])
+    view = memoryview(chunk)
+    data = b"".join([view[s : s + length] for s, length in zip(starts.tolist(), lengths.tolist(), strict=True)])
+    return pa.Array.from_buffers(_BINARY, n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _int_array(values: np.ndarray, dtype: type[np.integer], arrow_type: pa.DataType) -> pa.Array:
+    """`pa.array(values)` for an integer column without nulls, without its type inference (a fixed cost that
+    dominates small batches): zero-copy when `values` is already contiguous `dtype`."""
+    values = np.ascontiguousarray(values, dtype=dtype)
+    return pa.Array.from_buffers(arrow_type, int(values.size), [None, pa.py_buffer(values)])
 
 
 class _Pending:
@@ -120,6 +152,9 @@ class RangeDecoder:
         self._bits = position_bits_to_shift(facts.term_length)
         self._initial_term_id = facts.initial_term_id
         self._schema = schema
+        # `from_arrays(names=...)` costs half of `from_arrays(schema=...)` (a small recording's batch pays it per
+        # range) and gives the same schema when that is exactly the fixed columns, built here of their types.
+        self._names = schema.names if payload is None and schema.equals(_FIXED_SCHEMA, check_metadata=True) else None
         self._payload = payload
         self._min_batch_bytes = min_batch_bytes
         self._pending: _Pending | None = None
@@ -143,7 +178,7 @@ class RangeDecoder:
                 batch = self._chunk(*item)
                 if batch is not None and batch.num_rows:
                     self.rows += batch.num_rows
-                    size = batch.nbytes
+                    size = batch.get_total_buffer_size()  # `nbytes` walks the buffers' used ranges: slow
                     if size >= self._min_batch_bytes:  # big enough alone: never copied into a merge
                         if held:
                             yield _merge(held)
@@ -360,17 +395,19 @@ class RangeDecoder:
             )
         positions = positions.astype(np.int64, copy=False)
         columns: list[pa.Array] = [
-            pa.array(np.full(n, self._rid, dtype=np.int64)),
-            pa.array(positions),
-            pa.array(np.full(n, self._session_id, dtype=np.int32)),
-            pa.array(np.full(n, self._stream_id, dtype=np.int32)),
-            pa.array(reserved.astype(np.int64, copy=False)),
+            _int_array(np.full(n, self._rid, dtype=np.int64), np.int64, _INT64),
+            _int_array(positions, np.int64, _INT64),
+            _int_array(np.full(n, self._session_id, dtype=np.int32), np.int32, _INT32),
+            _int_array(np.full(n, self._stream_id, dtype=np.int32), np.int32, _INT32),
+            _int_array(reserved, np.int64, _INT64),
             values,
         ]
         if self._payload is not None:
             extra = self._payload.decode(values, positions, self._rid)
             for field, array in zip(list(self._schema)[len(columns) :], extra, strict=True):
                 columns.append(array if array.type == field.type else array.cast(field.type))
+        if self._names is not None:
+            return pa.RecordBatch.from_arrays(columns, names=self._names)
         return pa.RecordBatch.from_arrays(columns, schema=self._schema)
 
 

@@ -9,7 +9,9 @@ same Spark session, alternated, `--repeat` times each:
 for `archiveDir` (segment files) and the replay path (no `archiveDir`: bounded replays through the archive).
 Printed: medians, and the ratio N small / one (the target is <= 2). Never timed assertions.
 
-Run: `bash ci/bench.sh many_recordings [--recordings N] [--rows-per R] [--payload B] [--repeat K]`.
+Run: `bash ci/bench.sh many_recordings [--recordings N] [--rows-per R] [--payload B] [--repeat K]
+[--paths archiveDir,replay] [--open-cost BYTES]` (`--paths archiveDir`: only the segment-file path; `--open-cost`:
+`openCostInBytes` for the read of the N small recordings, to weigh the packing's cost model).
 """
 
 from __future__ import annotations
@@ -86,7 +88,15 @@ def main() -> None:
     parser.add_argument("--rows-per", type=int, default=4)
     parser.add_argument("--payload", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--paths", default="archiveDir,replay",
+                        help="comma-separated read paths to time: archiveDir, replay (default: both)")
+    parser.add_argument("--open-cost", default=None,
+                        help="openCostInBytes for the read of the N small recordings (default: the path's default)")
     args = parser.parse_args()
+    paths = [p.strip() for p in args.paths.split(",") if p.strip()]
+    unknown = set(paths) - {"archiveDir", "replay"}
+    if unknown or not paths:
+        parser.error(f"--paths: expected archiveDir and/or replay, got {args.paths!r}")
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -118,9 +128,13 @@ def main() -> None:
                   "controlStreamId": str(h.ctx.local_control_stream_id), "controlResponseChannel": "aeron:ipc",
                   "replayChannel": "aeron:ipc"}
         many = {"channel": channel, "streamId": str(MANY_STREAM)}
+        if args.open_cost is not None:
+            many["openCostInBytes"] = args.open_cost
         single = {"recordingId": str(one)}
         cases: dict[str, dict[str, str]] = {}
         for path, location in (("archiveDir", disk), ("replay", remote)):
+            if path not in paths:
+                continue
             cases[f"{path} many"] = {**location, **many}
             cases[f"{path} one"] = {**location, **single}
 
@@ -154,7 +168,7 @@ def main() -> None:
     for name, figures in results.items():
         med[name] = {k: statistics.median(v) for k, v in figures.items()}
         print(f"{name:<18} {partitions[name]:>10} {med[name]['plan']:>9.3f} {med[name]['total']:>9.3f}")
-    for path in ("archiveDir", "replay"):
+    for path in paths:
         ratio = med[f"{path} many"]["total"] / med[f"{path} one"]["total"]
         print(f"{path}: {args.recordings} small / one, total time: {ratio:.2f}x")
 

@@ -288,3 +288,72 @@ def test_binary_column_matches_python_slicing_for_all_small_lengths():
     arr = binary_column(np.frombuffer(bytes(buf), np.uint8), np.array(starts, np.int64), np.array(lengths, np.int32))
     assert arr.type == pa.binary()
     assert arr.to_pylist() == [bytes(buf[a:a + n]) for a, n in zip(starts, lengths)]
+
+
+def test_binary_column_of_a_few_values_joins_them_as_the_view_path_would():
+    """Up to `_JOIN_MAX_VALUES` values are joined in Python; the result is the same `binary` array as the view path's,
+    zero-length values (whose start may lie past the chunk) included."""
+    import numpy as np
+
+    from aeron_archive_spark.archive.tables import decode
+
+    rng = random.Random(3)
+    for count in range(1, 2 * decode._JOIN_MAX_VALUES + 2):
+        buf = bytearray()
+        starts, lengths = [], []
+        for _ in range(count):
+            n = rng.choice([0, 1, 4, 12, 13, 100, 1000])
+            starts.append(len(buf) + HEADER_LENGTH)
+            lengths.append(n)
+            buf += bytes(HEADER_LENGTH) + rng.randbytes(n) + bytes(align(HEADER_LENGTH + n, 32) - HEADER_LENGTH - n)
+        chunk = np.frombuffer(bytes(buf), np.uint8)
+        got = binary_column(chunk, np.array(starts, np.int64), np.array(lengths, np.int32))
+        assert got.type == pa.binary()
+        assert got.to_pylist() == [bytes(buf[a:a + n]) for a, n in zip(starts, lengths)]
+        joined = decode._joined_binary(chunk, np.array(starts, np.int64), np.array(lengths, np.int32))
+        assert joined.equals(got)
+        got.validate(full=True)
+
+
+def test_batches_of_small_chunks_have_exactly_the_row_schema():
+    """Small batches are built of buffers (`from_buffers`, `from_arrays(names=...)`): same schema, same rows."""
+    s = Stream()
+    for i in range(5):
+        s.add(bytes([i]) * (i * 7), reserved=i)
+    batches = list(RangeDecoder(partition(s, 0, s.position, s.position), SCHEMA).batches(s.chunks(0, s.position, 96)))
+    assert batches and all(b.schema.equals(SCHEMA, check_metadata=True) for b in batches)
+    table = pa.Table.from_batches(batches)
+    table.validate(full=True)
+    assert table.column("position").to_pylist() == [m[0] for m in s.messages]
+    assert table.column("value").to_pylist() == [m[1] for m in s.messages]
+    assert table.column("reservedValue").to_pylist() == [m[2] for m in s.messages]
+    assert set(table.column("recordingId").to_pylist()) == {5}
+    assert set(table.column("sessionId").to_pylist()) == {SESSION_ID}
+    assert set(table.column("streamId").to_pylist()) == {STREAM_ID}
+
+
+@pytest.mark.parametrize("small_read", [True, False])
+def test_disk_reads_of_a_small_range_pread_or_map_the_same_bytes_and_fail_alike(tmp_path, monkeypatch, small_read):
+    """A range of at most `_SMALL_READ` bytes is read with `pread` instead of a mapping: same chunks, same rows,
+    and a segment file shorter than the range is the same error."""
+    from aeron_archive_spark.archive.storage.segments import segment_file_name
+    from aeron_archive_spark.archive.tables import chunks
+
+    if not small_read:
+        monkeypatch.setattr(chunks, "_SMALL_READ", 0)
+    s = Stream()
+    for i in range(6):
+        s.add(bytes([i + 1]) * (40 + 700 * i))  # the last ones fragmented (max_payload 1376)
+    path = tmp_path / segment_file_name(5, 0)
+    path.write_bytes(bytes(s.buffer) + bytes(4 * TERM - len(s.buffer)))
+    read_range = ReadRange(0, s.facts(), 0, s.position, s.position, str(tmp_path), None)
+    got = [(bytes(c), p) for c, p in chunks.DiskChunkSource().iter_chunks(read_range)]
+    assert got == [(bytes(s.buffer), 0)]
+    decoded = RangeDecoder(read_range, SCHEMA).batches(chunks.DiskChunkSource().iter_scanned_chunks(read_range))
+    table = pa.Table.from_batches(list(decoded))
+    assert table.column("value").to_pylist() == [m[1] for m in s.messages]
+
+    path.write_bytes(bytes(s.buffer[:-64]))
+    with pytest.raises(ArchiveError, match=rf"segment file .*5-0.rec holds {len(s.buffer) - 64} bytes, position "
+                                           rf"{s.position} needs {s.position}; the recording may have been truncated"):
+        list(chunks.DiskChunkSource().iter_chunks(read_range))
