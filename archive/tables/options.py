@@ -47,10 +47,13 @@ from aeron_archive_spark.archive.tables.option_table import (
 
 MAX_BYTES_PER_PARTITION_DEFAULT = 64 * 1024 * 1024
 # What starting the read of one range costs, in bytes one could read meanwhile (Spark's openCostInBytes): a bounded
-# replay through an archive (a control request, a publication and an image: ~10-15 ms measured on the 2-core machine
-# of tests/benchmarks/bench_many_recordings.py), or a segment file opened and mapped (~0.3 ms with the decode).
-OPEN_COST_IN_BYTES_DEFAULT = 4 * 1024 * 1024
-OPEN_COST_IN_BYTES_ARCHIVE_DIR_DEFAULT = 256 * 1024
+# replay through an archive (a control request, a publication and an image: ~2 ms measured on the 2-core machine of
+# tests/benchmarks/bench_replay_setup.py, while a replay reads ~150 MB/s there), or a segment file read and decoded
+# (~0.1 ms, at ~1 GB/s). On 1,000 small recordings through an archive (bench_many_recordings), open costs of 4m /
+# 1m / 256k gave 63 / 16 / 4 tasks and 5.1 / 4.2 / 3.2 s; with archiveDir, 256k / 128k gave 4 / 2 tasks and
+# 2.6x / 2.1x the time of one recording.
+OPEN_COST_IN_BYTES_DEFAULT = 256 * 1024
+OPEN_COST_IN_BYTES_ARCHIVE_DIR_DEFAULT = 128 * 1024
 MAX_TRIGGER_DELAY_MS_DEFAULT = 15 * 60_000
 
 # Per-recording values in a position JSON with Kafka's meaning: -2 earliest, -1 latest.
@@ -264,7 +267,7 @@ RECORDING_OPTIONS = OptionTable(
             Mode.READ,
             "what starting to read a recording costs, in bytes, when packing small recordings into one partition "
             "(as spark.sql.files.openCostInBytes)",
-            "4m (256k with archiveDir)",
+            "256k (128k with archiveDir)",
         ),
         OptionSpec(
             "failOnDataLoss",

@@ -99,7 +99,7 @@ def read_ranges(
         if source is None:
             source = sources[on_disk] = open_chunk_source(read_range)
         for batch in read_batches(read_range, schema, decoder, source):
-            size = batch.nbytes
+            size = batch.get_total_buffer_size()  # `nbytes` walks the buffers' used ranges: slow
             if size >= MIN_BATCH_BYTES:  # big enough alone: never copied into a merge
                 if held:
                     yield _merge(held)

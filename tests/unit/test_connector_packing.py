@@ -244,6 +244,6 @@ def test_read_ranges_reads_in_order_and_merges_small_batches(monkeypatch):
 def test_open_cost_defaults_to_the_cost_of_the_path_and_can_be_set():
     from aeron_archive_spark.archive.tables.options import SourceOptions
 
-    assert SourceOptions.parse({"archiveDir": "/x", "recordingId": "1"}, False).open_cost_in_bytes == 256 * 1024
-    assert SourceOptions.parse({"recordingId": "1"}, True).open_cost_in_bytes == 4 * MB
+    assert SourceOptions.parse({"archiveDir": "/x", "recordingId": "1"}, False).open_cost_in_bytes == 128 * 1024
+    assert SourceOptions.parse({"recordingId": "1"}, True).open_cost_in_bytes == 256 * 1024
     assert SourceOptions.parse({"recordingId": "1", "openCostInBytes": "1k"}, False).open_cost_in_bytes == 1024
