@@ -4,7 +4,10 @@ Sink: a streaming query from the in-memory bench source of `bench_spark_sink` (1
 - the aeron-archive sink on the cluster (driver on `driver`, two 1-core executors on `worker1`/`worker2`, the archive
   on `archive`, over UDP; rows travel to the driver in commit messages),
 - the same sink on one host (`local[2]` on the archive host, IPC to the archive's own media driver),
-- the no-op Arrow sink on the cluster (the Python sink API's ceiling there).
+- the no-op Arrow sink on the cluster (the Python sink API's ceiling there),
+- with `--staging`, the other design issue 10 names, on the cluster: executors publish each task's rows into a
+  staging recording of their own, which the commit replays to the driver and appends to the target
+  (`tests/benchmarks/staging_sink.py`, built only to be measured against the product's design).
 Read: a batch read of the recording the cluster sink wrote, on the cluster (no archiveDir: each executor replays
 its partitions over UDP) beside a `local[2]` `archiveDir` read of the same recording on the archive host.
 
@@ -65,14 +68,18 @@ def sink_job(config: dict[str, Any]) -> dict[str, Any]:
     from aeron_archive_spark.archive.client.connection import ConnectionOptions
     from aeron_archive_spark.connector.sink import read_batch_map
     from tests.benchmarks.bench_spark_sink import BenchSource, NoopSink, run_query
+    from tests.benchmarks.staging_sink import StagingRecordingsSink
 
     spark = _session(config, "bench-cluster-sink")
     spark.dataSource.register(BenchSource)
     spark.dataSource.register(NoopSink)
+    spark.dataSource.register(StagingRecordingsSink)
     work = f"/tmp/bench-{uuid.uuid4().hex}"
     Path(work).mkdir()
     rows, batch_rows = config["rows"], config["batchRows"]
     sinks = [("aeron-archive", config["sinkOptions"])] + ([("bench-noop", {})] if config.get("noop") else [])
+    if config.get("stagingOptions"):
+        sinks.append(("bench-staging-recordings", config["stagingOptions"]))
     warm = max(batch_rows // 2, 1)
     for sink, options in sinks:
         run_query(spark, sink, options, VALUE_SIZE, warm, warm, work)
@@ -88,6 +95,11 @@ def sink_job(config: dict[str, Any]) -> dict[str, Any]:
     )
     last = sorted(Path(work).glob("chk-aeron-archive-*"), key=lambda p: p.stat().st_mtime)[-1]
     entries = read_batch_map(connection, checkpoint_location=str(last))
+    staged = sorted(Path(work).glob("chk-bench-staging-recordings-*"), key=lambda p: p.stat().st_mtime)
+    if staged:  # design 2 wrote every row exactly once too: its last run's batch map covers `rows` rows
+        staged_entries = read_batch_map(connection, checkpoint_location=str(staged[-1]))
+        if sum(e.rows for e in staged_entries) != rows:
+            raise RuntimeError(f"staging-recordings sink: {sum(e.rows for e in staged_entries)} rows, not {rows}")
     spark.stop()
     return {"seconds": seconds, "intervals": intervals, "recordingId": entries[-1].recording_id, "rows": rows}
 
@@ -216,6 +228,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="mtu of the sink's channels (Aeron's default 1408): the recording, and so its replays, keep it",
     )
+    parser.add_argument(
+        "--staging",
+        action="store_true",
+        help="also time issue 10's other sink design (executors publish to per-task staging recordings)",
+    )
     args = parser.parse_args(argv)
 
     from tests.cluster.topology import Topology
@@ -251,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
                     "driverIp": topology.ip("driver"),
                     "sinkOptions": cluster_sink,
                     "noop": True,
+                    "stagingOptions": {**cluster_sink, "streamId": "9300"} if args.staging else None,
                 },
             )
             one_host = _on(
@@ -287,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
             "cluster no-op": sampler.between(cluster["intervals"]["bench-noop"]),
             "one host aeron-archive": sampler.between(one_host["intervals"]["aeron-archive"]),
         }
+        if args.staging:
+            cpu_sinks["cluster staging recordings"] = sampler.between(cluster["intervals"]["bench-staging-recordings"])
         cpu_cluster = sampler.between(read_cluster["intervals"])
         cpu_local = sampler.between(read_local["intervals"])
     finally:
@@ -299,6 +319,10 @@ def main(argv: list[str] | None = None) -> int:
         "cluster no-op": megabytes / statistics.median(cluster["seconds"]["bench-noop"]),
         "one host aeron-archive": megabytes / statistics.median(one_host["seconds"]["aeron-archive"]),
     }
+    if args.staging:
+        sink["cluster staging recordings"] = megabytes / statistics.median(
+            cluster["seconds"]["bench-staging-recordings"]
+        )
     read_mb = read_cluster["bytes"] / 1e6
     read = {
         "cluster replay read": read_mb / statistics.median(read_cluster["seconds"]),
@@ -314,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
         "cluster no-op": sum(cluster["seconds"]["bench-noop"]),
         "one host aeron-archive": sum(one_host["seconds"]["aeron-archive"]),
     }
+    if args.staging:
+        sink_seconds["cluster staging recordings"] = sum(cluster["seconds"]["bench-staging-recordings"])
     cpu_figures = {
         **{name: _print_cpu(name, megabytes * args.reps, cpu_sinks[name], sink_seconds[name]) for name in sink_seconds},
         "cluster replay read": _print_cpu(
@@ -328,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
         "sink_cluster_vs_noop": sink["cluster aeron-archive"] / sink["cluster no-op"],
         "read_cluster_vs_local_archive_dir": read["cluster replay read"] / read["local[2] archiveDir read"],
     }
+    if args.staging:
+        ratios["sink_staging_recordings_vs_noop"] = sink["cluster staging recordings"] / sink["cluster no-op"]
+        ratios["sink_staging_vs_commit_messages"] = sink["cluster staging recordings"] / sink["cluster aeron-archive"]
     for name, value in ratios.items():
         print(f"  ratio {name:<34} {value:.2f}")
     print(
