@@ -36,58 +36,17 @@ from typing import Any
 
 from aeron_archive_spark.archive.channel import add_session_id
 from aeron_archive_spark.archive.client.connection import ConnectionOptions
-from aeron_archive_spark.archive.constants import RecordingSignal, SourceLocation
 from aeron_archive_spark.archive.native import AeronClient, EmbeddedMediaDriver
 from aeron_archive_spark.archive.server.conductor import ArchiveConductor
 from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts
-from tests.system.harness import Harness, wait_for
+from tests.benchmarks.bench_many_recordings import MANY_STREAM, TERM_LENGTH, record_many, record_one
+from tests.system.harness import Harness
 
 REPLAY_STREAM = 7801
-TERM_LENGTH = 64 * 1024
-MANY_STREAM = 3001
-ONE_STREAM = 3002
 PHASES = ("request", "conductor", "pub add", "sub add", "image", "first data", "rest", "close", "total")
 
 _conductor_times: list[tuple[int, int]] = []  # (start_replay ns, of which add_exclusive_publication ns)
 _pub_add_ns: list[int] = []
-
-
-def record_many(h: Harness, count: int, rows: int, payload: bytes) -> str:
-    """`count` stopped recordings of `rows` messages each on one channel + stream (one publication each)."""
-    channel = f"aeron:ipc?term-length={TERM_LENGTH}"
-    stops = len(h.signals.of(RecordingSignal.STOP))
-    h.client.start_recording(channel, MANY_STREAM, SourceLocation.LOCAL)
-    for _ in range(count):
-        starts = len(h.signals.of(RecordingSignal.START))
-        publication = h.client.aeron.add_exclusive_publication(channel, MANY_STREAM)
-        recording_id = h.await_signal(RecordingSignal.START, count=starts + 1).recording_id
-        for _ in range(rows):
-            while publication.offer(payload) <= 0:
-                time.sleep(0.00001)
-        target = publication.position
-        wait_for(lambda rid=recording_id, t=target: h.client.get_recording_position(rid) >= t, what="recorded")
-        publication.close()
-    h.await_signal(RecordingSignal.STOP, count=stops + count, timeout=120)
-    h.client.stop_recording(channel, MANY_STREAM)
-    return channel
-
-
-def record_one(h: Harness, rows: int, payload: bytes) -> int:
-    """One stopped recording of `rows` messages."""
-    channel = f"aeron:ipc?term-length={TERM_LENGTH}"
-    starts = len(h.signals.of(RecordingSignal.START))
-    h.client.start_recording(channel, ONE_STREAM, SourceLocation.LOCAL)
-    publication = h.client.aeron.add_exclusive_publication(channel, ONE_STREAM)
-    recording_id = h.await_signal(RecordingSignal.START, count=starts + 1).recording_id
-    for _ in range(rows):
-        while publication.offer(payload) <= 0:
-            time.sleep(0.00001)
-    target = publication.position
-    wait_for(lambda: h.client.get_recording_position(recording_id) >= target, timeout=120, what="recorded")
-    h.client.stop_recording(channel, ONE_STREAM)
-    h.await_signal(RecordingSignal.STOP, recording_id)
-    publication.close()
-    return recording_id
 
 
 def _instrument() -> None:
