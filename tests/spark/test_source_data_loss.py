@@ -17,6 +17,7 @@ from spark.test_source_stream import Collector, stream
 from spark.test_source_support import Recorder, source_options
 from system.harness import SMALL_TERM, Harness, payloads_of, wait_for
 
+from aeron_archive_spark.archive.channel import add_session_id
 from aeron_archive_spark.archive.constants import RecordingSignal, SourceLocation
 
 pytestmark = pytest.mark.spark
@@ -74,8 +75,12 @@ def extend(harness: Harness, rec: Recorder, payloads: list[bytes]) -> list[tuple
     descriptor = harness.client.list_recording(rec.recording_id)
     channel = harness.client.extend_channel(CHANNEL, descriptor)
     extends = len(harness.signals.of(RecordingSignal.EXTEND, rec.recording_id))
-    subscription_id = harness.client.extend_recording(rec.recording_id, channel, STREAM, SourceLocation.LOCAL)
+    # The new publication first, and the extend subscription only for its session: the closed publication may still
+    # drain on the same stream, and an image of it would join at its old position (INVALID_EXTENSION).
     rec.publication = harness.client.aeron.add_exclusive_publication(channel, STREAM)
+    subscription_id = harness.client.extend_recording(
+        rec.recording_id, add_session_id(channel, rec.publication.session_id), STREAM, SourceLocation.LOCAL
+    )
     harness.await_signal(RecordingSignal.EXTEND, rec.recording_id, count=extends + 1)
     assert rec.publication.position == descriptor.stop_position
     sent = rec.publish(payloads)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aeron_archive_spark.archive import ArchiveError, ErrorCode, SourceLocation
+from aeron_archive_spark.archive.channel import add_session_id
 from aeron_archive_spark.archive.constants import REPLAY_ALL_AND_STOP, RecordingSignal
 from conftest import free_udp_port
 from system.harness import SMALL_TERM, Harness, collect, offer_all, payloads_of, wait_for
@@ -148,9 +149,11 @@ def test_extend_after_stop_continues_positions_and_replays_both_parts(harness):
     harness.await_signal(RecordingSignal.STOP, recording_id)
     pub.close()
     d = harness.client.list_recording(recording_id)
-    extend_channel = harness.client.extend_channel(channel, d)
+    # The extend subscription names the new publication's session: the closed one may still drain on stream 1006,
+    # and an image of it would join at its old position (INVALID_EXTENSION).
+    pub2 = harness.client.aeron.add_exclusive_publication(harness.client.extend_channel(channel, d), 1006)
+    extend_channel = add_session_id(harness.client.extend_channel(channel, d), pub2.session_id)
     harness.client.extend_recording(recording_id, extend_channel, 1006, SourceLocation.LOCAL)
-    pub2 = harness.client.aeron.add_exclusive_publication(extend_channel, 1006)
     harness.await_signal(RecordingSignal.EXTEND, recording_id)
     assert pub2.position == d.stop_position
     second = payloads_of([900] * 150, seed=5)

@@ -15,6 +15,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 from spark.test_source_support import Recorder, source_options
 from system.harness import SMALL_TERM, Harness, payloads_of
 
+from aeron_archive_spark.archive.channel import add_session_id
 from aeron_archive_spark.archive.constants import RecordingSignal, SourceLocation
 from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts
 from aeron_archive_spark.connector.source.batch_reader import DataLossError
@@ -61,8 +62,12 @@ def extend(h: Harness, rec: Recorder, payloads: list[bytes], stop: bool = True) 
     descriptor = h.client.list_recording(rec.recording_id)
     channel = h.client.extend_channel(CHANNEL, descriptor)
     extends = len(h.signals.of(RecordingSignal.EXTEND, rec.recording_id))
-    subscription_id = h.client.extend_recording(rec.recording_id, channel, STREAM, SourceLocation.LOCAL)
+    # The new publication first, and the extend subscription only for its session: the closed publication may still
+    # drain on the same stream, and an image of it would join at its old position (INVALID_EXTENSION).
     rec.publication = h.client.aeron.add_exclusive_publication(channel, STREAM)
+    subscription_id = h.client.extend_recording(
+        rec.recording_id, add_session_id(channel, rec.publication.session_id), STREAM, SourceLocation.LOCAL
+    )
     h.await_signal(RecordingSignal.EXTEND, rec.recording_id, count=extends + 1)
     sent = rec.publish(payloads)
     if stop:
