@@ -669,6 +669,10 @@ class AeronArchive:
 
         The archive checks join position, initial term id, term length and MTU. Reusing the old session id is
         optional: the driver refuses it while the previous publication with that id still lingers.
+
+        Add the publication first and pass `extend_recording` this channel with its `session-id`
+        (`channel.add_session_id`): a subscription without one also links to a just-closed publication still
+        draining on the stream, whose image joins at its old position and is refused (INVALID_EXTENSION).
         """
         params: dict[str, int] = initial_position_params(
             descriptor.stop_position, descriptor.initial_term_id, descriptor.term_buffer_length

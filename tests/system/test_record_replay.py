@@ -151,8 +151,9 @@ def test_extend_after_stop_continues_positions_and_replays_both_parts(harness):
     d = harness.client.list_recording(recording_id)
     # The extend subscription names the new publication's session: the closed one may still drain on stream 1006,
     # and an image of it would join at its old position (INVALID_EXTENSION).
-    pub2 = harness.client.aeron.add_exclusive_publication(harness.client.extend_channel(channel, d), 1006)
-    extend_channel = add_session_id(harness.client.extend_channel(channel, d), pub2.session_id)
+    publication_channel = harness.client.extend_channel(channel, d)
+    pub2 = harness.client.aeron.add_exclusive_publication(publication_channel, 1006)
+    extend_channel = add_session_id(publication_channel, pub2.session_id)
     harness.client.extend_recording(recording_id, extend_channel, 1006, SourceLocation.LOCAL)
     harness.await_signal(RecordingSignal.EXTEND, recording_id)
     assert pub2.position == d.stop_position
