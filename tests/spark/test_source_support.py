@@ -47,9 +47,26 @@ class Recorder:
         self.subscription_id = (h.client.start_recording(channel, stream_id, SourceLocation.LOCAL) if start
                                 else None)
         self.publication = h.client.aeron.add_exclusive_publication(channel, stream_id)
-        self.recording_id = h.await_signal(RecordingSignal.START, count=starts + 1).recording_id
+        self.recording_id = self._await_own_start(starts)
         self.messages: list[tuple[int, bytes]] = []
         self.reserved: list[int] = []
+
+    def _await_own_start(self, starts: int) -> int:
+        """The recording of this publication's session, skipping any other START.
+
+        The driver is shared by the whole test session: a publication of an earlier test that is closed but still
+        draining accepts the new recording subscription too (the driver links draining IPC publications), and is
+        then recorded first, as an empty recording at its old position. Taking the first START would bind this
+        Recorder to that recording and wait forever for it to grow.
+        """
+        session_id = self.publication.session_id
+        count = starts
+        while True:
+            count += 1
+            recording_id = self.h.await_signal(RecordingSignal.START, count=count).recording_id
+            descriptor = self.h.client.list_recording(recording_id)
+            if descriptor is not None and descriptor.session_id == session_id:
+                return recording_id
 
     def publish(self, payloads: Iterable[bytes], wait: bool = True, reserved: int | None = None
                 ) -> list[tuple[int, bytes]]:
