@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -119,12 +120,20 @@ def read_job(config: dict[str, Any]) -> dict[str, Any]:
     return {"seconds": seconds[1:], "intervals": intervals[1:], "bytes": total}
 
 
+def _thread_group(name: str) -> str:
+    """A thread name without its numbers, so that e.g. a pool's "Executor task launch worker-3" threads add up."""
+    return re.sub(r"[-_ #]*\d+", "", name).strip() or name
+
+
 def _cpu_seconds(topology: Any) -> dict[str, float]:
     """CPU seconds (user + system, with reaped children) of every process on each host so far.
 
     A host is a network namespace: `ip netns pids` lists its processes. Processes that ended and were reaped by a
     parent on the host (Python workers of an executor) count through the parent's cutime/cstime; the Spark
     application's executors are reaped by their worker daemon, which stays up.
+
+    Besides one total per host, keys "host/process/thread" split each live process's own CPU by thread name (Aeron's
+    C threads, the JVM's named pools, Python's main thread), so the cost of a run can be pinned on what spent it.
     """
     import os
     import subprocess
@@ -140,10 +149,26 @@ def _cpu_seconds(topology: Any) -> dict[str, float]:
         for pid in listed.stdout.split():
             try:
                 with open(f"/proc/{pid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
+                    comm, rest = f.read().split("(", 1)[1].rsplit(")", 1)
+                fields = rest.split()
+                tids = os.listdir(f"/proc/{pid}/task")
             except OSError:
                 continue  # ended meanwhile
             total += sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
+            children = int(fields[13]) + int(fields[14])
+            if children:
+                key = f"{host}/{comm}/(reaped children)"
+                totals[key] = totals.get(key, 0.0) + children / tick
+            for tid in tids:
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                        name, rest = f.read().split("(", 1)[1].rsplit(")", 1)
+                except OSError:
+                    continue
+                used = sum(int(v) for v in rest.split()[11:13])
+                if used:
+                    key = f"{host}/{comm}/{_thread_group(name)}"
+                    totals[key] = totals.get(key, 0.0) + used / tick
         totals[host] = total / tick
     return totals
 
@@ -180,21 +205,26 @@ class CpuSampler:
         if after[0] <= before[0]:
             return before[1]
         share = (when - before[0]) / (after[0] - before[0])
-        return {h: before[1][h] + share * (after[1].get(h, before[1][h]) - before[1][h]) for h in before[1]}
+        keys = before[1].keys() | after[1].keys()
+        return {
+            h: before[1].get(h, 0.0) + share * (after[1].get(h, before[1].get(h, 0.0)) - before[1].get(h, 0.0))
+            for h in keys
+        }
 
     def between(self, intervals: list[list[float]]) -> dict[str, float]:
         """CPU seconds per host spent inside the given [start, end] wall-clock intervals."""
         total: dict[str, float] = {}
         for start, end in intervals:
             a, b = self._at(start), self._at(end)
-            for host in a:
-                total[host] = total.get(host, 0.0) + max(0.0, b.get(host, a[host]) - a[host])
+            for host in a.keys() | b.keys():
+                total[host] = total.get(host, 0.0) + max(0.0, b.get(host, a.get(host, 0.0)) - a.get(host, 0.0))
         return total
 
 
 def _print_cpu(name: str, megabytes: float, cpu: dict[str, float], seconds: float) -> dict[str, float]:
-    """One line of CPU seconds per 100 MB by host, and how many of the machine's cores the run kept busy."""
-    busy = {host: value for host, value in cpu.items() if value >= 0.05}
+    """CPU seconds per 100 MB by host, and how many of the machine's cores the run kept busy; then the threads that
+    spent the most (threads of processes that ended inside the run are missing there, not from the host totals)."""
+    busy = {host: value for host, value in cpu.items() if "/" not in host and value >= 0.05}
     total = sum(busy.values())
     per = ", ".join(f"{host} {value * 100 / megabytes:.1f}" for host, value in sorted(busy.items()))
     cores = os.cpu_count() or 1
@@ -202,6 +232,9 @@ def _print_cpu(name: str, megabytes: float, cpu: dict[str, float], seconds: floa
         f"  {name:<26} CPU s per 100 MB: {total * 100 / megabytes:5.1f} ({per}); "
         f"{total / seconds:.2f} of {cores} cores busy"
     )
+    threads = sorted(((v, k) for k, v in cpu.items() if "/" in k and v * 100 / megabytes >= 0.1), reverse=True)
+    for value, key in threads[:14]:
+        print(f"      {value * 100 / megabytes:5.2f}  {key}")
     return {"cpuSecondsPer100MB": total * 100 / megabytes, "coresBusy": total / seconds}
 
 
