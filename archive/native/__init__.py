@@ -36,6 +36,7 @@ from .ffi import (
 from .fork import abandon_after_fork
 from .publications import ExclusivePublication, Publication
 from .subscription import Image, ImageHandler, Subscription
+from .term_appender import TermAppender
 
 __all__ = [
     "ADMIN_ACTION",
@@ -64,6 +65,7 @@ __all__ = [
     "NativeAeronError",
     "Publication",
     "Subscription",
+    "TermAppender",
     "abandon_after_fork",
     "default_driver_parent",
     "ffi",

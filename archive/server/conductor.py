@@ -40,6 +40,7 @@ from aeron_archive_spark.archive.constants import (
     SourceLocation,
 )
 from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
+from aeron_archive_spark.archive.native import NativeAeronError, TermAppender
 from aeron_archive_spark.archive.server.agent import Agent, SessionWorker
 from aeron_archive_spark.archive.server.conductor_port import ControlClient
 from aeron_archive_spark.archive.server.control_session import ControlSession
@@ -879,6 +880,7 @@ class ArchiveConductor(Agent):
         )
         replay_session_id = (self._replay_id << 32) | (publication.session_id & 0xFFFFFFFF)
         self._replay_id += 1
+        appender = self._term_appender(publication) if ctx.replay_into_term and self._replay_checksum is None else None
         control_session_id = session.control_session_id
         replay = ReplaySession(
             replay_session_id=replay_session_id,
@@ -910,6 +912,7 @@ class ArchiveConductor(Agent):
             nano_clock=ctx.nano_clock,
             send_ok=lambda corr, rid: self.enqueue(lambda: self._send_ok(control_session_id, corr, rid)),
             send_error=lambda corr, code, message: self._send_error(control_session_id, corr, code, message),
+            appender=appender,
         )
         self._replays[replay_session_id] = replay
         self.counters.replay_sessions.set(len(self._replays))
@@ -924,6 +927,18 @@ class ArchiveConductor(Agent):
             replay_channel,
             replay_stream_id,
         )
+
+    def _term_appender(self, publication: ExclusivePublication) -> TermAppender | None:
+        """The replay publication's own log mapping (one copy per replayed byte), or None to use `offer_block`.
+
+        Mapping can only fail if the log buffer is not where this process can open it (a driver directory it
+        cannot write); the replay then goes through the C client, and the reason is logged.
+        """
+        try:
+            return TermAppender(publication, self.aeron.aeron_dir)
+        except NativeAeronError as ex:
+            self._request_faults.warning("term-appender", "replays copy through offer_block: %s", ex)
+            return None
 
     def _replay_channel(self, replay_channel: str, position: int, d: RecordingDescriptor) -> str:
         requested = ChannelUri.parse(replay_channel)

@@ -43,6 +43,9 @@ class ArchiveContext:
     catalog_file_sync_level: int = 0
     record_checksum: str | None = None
     replay_checksum: str | None = None
+    # Replays read segment files straight into the replay publication's term (one copy, see
+    # native/term_appender.py); False goes through the C client's offer_block (a read buffer, then a second copy).
+    replay_into_term: bool = True
     catalog_capacity: int = c.CATALOG_CAPACITY_DEFAULT
     max_concurrent_recordings: int = c.MAX_CONCURRENT_RECORDINGS_DEFAULT
     max_concurrent_replays: int = c.MAX_CONCURRENT_REPLAYS_DEFAULT

@@ -31,7 +31,7 @@ from aeron_archive_spark.archive.storage.checksums import Checksum, first_checks
 from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
 
 if TYPE_CHECKING:
-    from aeron_archive_spark.archive.native import CountersReader, ExclusivePublication
+    from aeron_archive_spark.archive.native import CountersReader, ExclusivePublication, TermAppender
 
 log = logging.getLogger(__name__)
 
@@ -102,11 +102,16 @@ class ReplaySession:
         nano_clock: Callable[[], int],
         send_ok: Callable[[int, int], None],
         send_error: Callable[[int, int, str], None],
+        appender: TermAppender | None = None,
     ) -> None:
         """`now_ns` is the conductor's time at the request; the replay must connect within `connect_timeout_ns`.
 
         `send_ok(correlation_id, replay_session_id)` and `send_error(correlation_id, error_code, message)` answer
         the requesting control session; `nano_clock` times the reads for the replayer's statistics.
+
+        `appender`, the publication's own log mapping, makes the replay read the file straight into the term (one
+        copy instead of `pread` + `offer_block`'s two); it is not used with replay checksums, which must check the
+        frames before they enter the log. The session closes it.
         """
         self.replay_session_id = replay_session_id
         self.correlation_id = correlation_id
@@ -124,6 +129,11 @@ class ReplaySession:
         self._term_length = term_length
         self._stream_id = stream_id
         self._checksum = checksum
+        self._appender = appender if checksum is None else None
+        if appender is not None and self._appender is None:
+            appender.close()
+        self._head = bytearray(8)  # the first word of a block read into the term (see term_appender)
+        self._first_word = 0
         self._deadline_ns = now_ns + connect_timeout_ns
         self._totals = totals
         self._nano_clock = nano_clock
@@ -289,6 +299,8 @@ class ReplaySession:
                 self._set_state(ReplaySessionState.INACTIVE)  # nothing more will be recorded
                 return 1
             return 0
+        if self._appender is not None:
+            return self._replay_into_term(self._appender)
         if pub.available_window <= 0:
             self.back_pressured = True
             return 0
@@ -314,6 +326,68 @@ class ReplaySession:
             self._set_state(ReplaySessionState.INACTIVE)
         return work
 
+    def _replay_into_term(self, appender: TermAppender) -> int:
+        """One batch read straight into the publication's term at its tail, then published (see term_appender).
+
+        The window is checked first: the driver has cleaned the term only up to where the limit allows, and the
+        batch is published in the same cycle, so it is never refused by back pressure once read.
+        """
+        if appender.available_window <= 0:
+            self.back_pressured = True
+            return 0
+        if not appender.ensure_term():
+            return self._on_offer_failure(MAX_POSITION_EXCEEDED)
+        if appender.position != self.replay_position:
+            raise ArchiveError(
+                f"replay publication of recordingId={self.recording_id} is at position={appender.position}, "
+                f"the replay at {self.replay_position}",
+                ErrorCode.GENERIC,
+            )
+        self._prepare_batch_in_term(appender)
+        work = 0
+        if self._batch_length > 0:
+            appender.publish_block(self._batch_length, self._first_word)
+            self.replay_position += self._batch_length
+            self._batch_length = 0
+            work += 1
+        if self._pad_length > 0:
+            appender.append_padding_to_term_end(self._pad_length)
+            self.replay_position += frames.align(self._pad_length, frames.FRAME_ALIGNMENT)
+            self._pad_length = 0
+            work += 1
+        if self.replay_position >= self.replay_limit:
+            self._set_state(ReplaySessionState.INACTIVE)
+        return work
+
+    def _prepare_batch_in_term(self, appender: TermAppender) -> None:
+        """`_prepare_batch` with the term as the buffer: read, scan, rewrite headers, cut off what is past the batch.
+
+        Only the block's first word is held back (in `_first_word`); every other byte read is already in the term,
+        beyond the tail, where no reader goes before the first word is published.
+        """
+        position = self.replay_position
+        term_offset = appender.term_offset
+        length = min(self.stop_position - position, len(self._buffer), self._term_length - term_offset)
+        head = self._head
+        head[:] = bytes(8)
+        region = appender.term_region(length)
+        before = self._nano_clock()
+        try:
+            read = self._reader.read_into(region, position, length, head=head)
+        finally:
+            region.release()
+        self._count_read(read, self._nano_clock() - before)
+        self._first_word = int.from_bytes(head, "little", signed=True)
+        term = appender.term_buffer()  # dropped with the scan on return (a view of the mapping)
+        scan = frames.scan_frames_with_head(term, self._first_word, term_offset, term_offset + read)
+        count, batch_length, cap = self._batch_of(scan, position)
+        scan.rewrite_session_and_stream(term, count, appender.session_id, appender.stream_id)
+        pad_length = self._pad_after(scan, position, count, batch_length, cap, term_offset)
+        if batch_length > 0 and batch_length < read:
+            appender.clear_length_at(term_offset + batch_length)  # bytes read past the batch stay unreachable
+        self._batch_length = batch_length
+        self._pad_length = pad_length
+
     def _on_offer_failure(self, result: int) -> int:
         if result in (NOT_CONNECTED, PUBLICATION_CLOSED, MAX_POSITION_EXCEEDED):
             self._revoke = result != MAX_POSITION_EXCEEDED
@@ -328,20 +402,9 @@ class ReplaySession:
         length = min(self.stop_position - position, len(self._buffer), self._term_length - term_offset)
         before = self._nano_clock()
         read = self._reader.read_into(self._view, position, length)
-        elapsed = self._nano_clock() - before
-        totals = self._totals
-        totals.total_bytes += read
-        totals.total_time_ns += elapsed
-        totals.max_time_ns = max(totals.max_time_ns, elapsed)
+        self._count_read(read, self._nano_clock() - before)
         scan = frames.scan_frames(self._view, 0, read)
-        if scan.count == 0 and scan.pad_offset < 0:
-            raise ArchiveError(
-                f"unexpected end of recording at position={position} of recordingId={self.recording_id}",
-                ErrorCode.GENERIC,
-            )
-        cap = min(self.replay_limit - position, frames.TERM_MAX_LENGTH)
-        count = scan.count_starting_before(cap)
-        batch_length = scan.end_of(count)
+        count, batch_length, cap = self._batch_of(scan, position)
         if self._checksum is not None and count > 0:
             frames_checked = scan.head(count)
             bad = self._checksum_mismatch(frames_checked)
@@ -354,9 +417,40 @@ class ReplaySession:
             frames.rewrite_scan_session_and_stream(
                 self._view, scan.head(count), self.publication.session_id, self.publication.stream_id
             )
-        pad_length = (
-            scan.pad_length if (count == scan.count and scan.pad_offset == batch_length and batch_length < cap) else 0
-        )
+        pad_length = self._pad_after(scan, position, count, batch_length, cap, 0)
+        self._batch_length = batch_length
+        self._pad_length = pad_length
+        self._batch_position = position
+
+    def _count_read(self, read: int, elapsed_ns: int) -> None:
+        totals = self._totals
+        totals.total_bytes += read
+        totals.total_time_ns += elapsed_ns
+        totals.max_time_ns = max(totals.max_time_ns, elapsed_ns)
+
+    def _batch_of(self, scan: frames.FrameScan | frames.HeadedScan, position: int) -> tuple[int, int, int]:
+        """(frames, bytes, cap) of the batch a scan at `position` holds: frames that start before the replay limit."""
+        if scan.count == 0 and scan.pad_offset < 0:
+            raise ArchiveError(
+                f"unexpected end of recording at position={position} of recordingId={self.recording_id}",
+                ErrorCode.GENERIC,
+            )
+        cap = min(self.replay_limit - position, frames.TERM_MAX_LENGTH)
+        count = scan.count_starting_before(cap)
+        return count, scan.end_of(count), cap
+
+    def _pad_after(
+        self,
+        scan: frames.FrameScan | frames.HeadedScan,
+        position: int,
+        count: int,
+        batch_length: int,
+        cap: int,
+        scan_start: int,
+    ) -> int:
+        """The length of the end-of-term PAD that follows the batch (0 if none), failing on a PAD that is not one."""
+        whole = count == scan.count and scan.pad_offset == scan_start + batch_length and batch_length < cap
+        pad_length = scan.pad_length if whole else 0
         if pad_length > 0 and not self._pad_ends_term(position + batch_length, pad_length):
             if batch_length == 0:
                 raise ArchiveError(
@@ -364,10 +458,8 @@ class ReplaySession:
                     f"length={pad_length} does not end its term (a DATA frame turned into padding?)",
                     ErrorCode.GENERIC,
                 )
-            pad_length = 0  # offer the frames before it: the next batch starts at the PAD and fails there
-        self._batch_length = batch_length
-        self._pad_length = pad_length
-        self._batch_position = position
+            return 0  # offer the frames before it: the next batch starts at the PAD and fails there
+        return pad_length
 
     def _pad_ends_term(self, position: int, pad_length: int) -> bool:
         """Whether a PAD frame at `position` runs exactly to the end of its term, as every PAD an appender writes.
@@ -386,6 +478,8 @@ class ReplaySession:
     def _close_resources(self) -> None:
         try:
             self._reader.close()
+            if self._appender is not None:
+                self._appender.close()
         finally:
             if self._revoke:
                 self.publication.revoke()

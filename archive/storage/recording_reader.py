@@ -102,7 +102,9 @@ class RecordingReader:
         """Replay INIT waits for this: a live recording may not have created the file yet."""
         return os.path.exists(self.segment_file_path(position))
 
-    def read_into(self, buffer: Any, position: int, max_length: int, limit_position: int | None = None) -> int:
+    def read_into(
+        self, buffer: Any, position: int, max_length: int, limit_position: int | None = None, head: Any = None
+    ) -> int:
         """Read up to `max_length` bytes at `position` into `buffer`; returns the byte count (0 at the limit).
 
         The read stops at the end of the term, at `len(buffer)` and at the limit: `limit_position` when given (a
@@ -113,6 +115,10 @@ class RecordingReader:
         segment files are created at their full length, so a shorter one was cut, and its missing bytes are not
         data. They are never made up as zeros, which would turn a torn last frame into a message with a zeroed
         tail. A caller that needs whole frames treats a frame running past the count it got as torn.
+
+        `head` (a writable buffer of a few bytes) takes the first `len(head)` bytes read instead of `buffer`, whose
+        first `len(head)` bytes are left as they are: a replay reads into a term this way, keeping the first frame's
+        length word zero there until the block is published.
         """
         self._check_position(position)
         limit = self.stop_position if limit_position is None else limit_position
@@ -129,9 +135,11 @@ class RecordingReader:
         file_offset = position - self._segment_base
         start_ns = self._clock_ns()
         done = 0
+        split = 0 if head is None else min(len(memoryview(head)), length)
         try:
             while done < length:
-                n = os.preadv(fd, [view[done:length]], file_offset + done)
+                vectors = [memoryview(head)[done:split], view[split:length]] if done < split else [view[done:length]]
+                n = os.preadv(fd, vectors, file_offset + done)
                 if n <= 0:
                     break
                 done += n

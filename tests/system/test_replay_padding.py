@@ -35,9 +35,10 @@ def framed(length: int, max_payload_length: int) -> int:
     return full * (max_payload_length + HEADER_LENGTH) + ((rest + HEADER_LENGTH + 31) & ~31 if rest or not full else 0)
 
 
-@pytest.fixture
-def harness(aeron_dir: str, tmp_path: Path):
-    h = Harness(aeron_dir, str(tmp_path / "archive"))
+@pytest.fixture(params=[True, False], ids=["into-term", "offer-block"])
+def harness(aeron_dir: str, tmp_path: Path, request: pytest.FixtureRequest):
+    """Both replay paths: read straight into the replay's term (the default), or copied through offer_block."""
+    h = Harness(aeron_dir, str(tmp_path / "archive"), replay_into_term=request.param)
     yield h
     h.close()
 

@@ -315,3 +315,41 @@ def test_strided_rewrite_equals_the_scatter_and_stride_is_set_only_for_one_fixed
     F.rewrite_session_and_stream(expected, head.offsets, -5, 0x7FFF_FFFF)
     F.rewrite_scan_session_and_stream(got, head, -5, 0x7FFF_FFFF)
     assert got == expected
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_scan_with_head_matches_scan_of_the_whole_range(seed: int) -> None:
+    """The first word held apart (the term holds zeros there) scans exactly as the whole range does."""
+    rng = random.Random(300 + seed)
+    lengths = [rng.choice([0, 1, 31, 32, 100, 992, 1376]) if rng.random() < 0.5 else 992 for _ in range(2000)]
+    total = rng.choice([4096, 1 << 20])
+    buf = build_frames(lengths if seed % 2 else [992] * 2000, total, garbage=True, seed=seed)
+    if seed % 4 == 3:  # a PAD frame somewhere after the first frame
+        first = reference_scan(buf, 0, total)[0]
+        buf[first[len(first) // 2] + 6 : first[len(first) // 2] + 8] = struct.pack("<H", F.HDR_TYPE_PAD)
+    for start, end in [(0, total), (0, total - 7), (0, 24), (0, 3)]:
+        whole = scan_frames(buf, start, end)
+        held = bytearray(buf)
+        word = struct.unpack_from("<q", held, start)[0] if end - start >= 8 else int.from_bytes(
+            held[start:end] + bytes(8 - (end - start)), "little", signed=True)
+        held[start : start + min(8, end - start)] = bytes(min(8, end - start))
+        scan = F.scan_frames_with_head(held, word, start, end)
+        assert scan.offsets.tolist() == whole.offsets.tolist()
+        assert scan.lengths.tolist() == whole.lengths.tolist()
+        assert scan.types.tolist() == whole.types.tolist() and scan.flags.tolist() == whole.flags.tolist()
+        assert (scan.stop_offset, scan.stop_reason) == (whole.stop_offset, whole.stop_reason)
+        assert scan.pad_length == whole.pad_length
+        if scan.stride:  # a stride promises equal spacing
+            assert len(set(np.diff(scan.offsets).tolist())) <= 1 and scan.stride == (int(scan.lengths[0]) + 31) & ~31
+
+
+@pytest.mark.parametrize("word_length, frame_type, expected", [
+    (0, F.HDR_TYPE_DATA, ScanStop.ZERO_LENGTH),
+    (-64, F.HDR_TYPE_DATA, ScanStop.ZERO_LENGTH),
+    (4064, F.HDR_TYPE_PAD, ScanStop.PADDING),
+    (8192, F.HDR_TYPE_DATA, ScanStop.INCOMPLETE),
+])
+def test_scan_with_head_stops_at_its_first_frame(word_length: int, frame_type: int, expected: ScanStop) -> None:
+    word = (frame_type << 48) | (0xC0 << 40) | (word_length & 0xFFFF_FFFF)
+    scan = F.scan_frames_with_head(bytearray(4096), word - (1 << 64) if word >= 1 << 63 else word, 32, 4096)
+    assert scan.count == 0 and scan.stop_offset == 32 and scan.stop_reason is expected

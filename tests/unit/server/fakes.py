@@ -301,6 +301,76 @@ class FakeReplayPublication:
         return b"".join(o.data for o in self.offers if not o.is_padding)
 
 
+class FakeTermAppender:
+    """`TermAppender` over an in-memory log: what it publishes is recorded as offers of the fake publication.
+
+    It checks what the real one makes safe: a block's first frame length is still zero in the term when it is published
+    (nothing of the block was visible before), and blocks and PADs fit their term.
+    """
+
+    def __init__(self, publication: FakeReplayPublication, term_length: int) -> None:
+        self.publication = publication
+        self.term_length = term_length
+        self.session_id = publication.session_id
+        self.stream_id = publication.stream_id
+        self._terms = [bytearray(term_length) for _ in range(3)]
+        position = publication.position
+        self.term_begin_position = position - position % term_length
+        self.term_offset = position % term_length
+        self._index = (position // term_length) % 3
+        self.closed = False
+
+    @property
+    def position(self) -> int:
+        return self.term_begin_position + self.term_offset
+
+    @property
+    def available_window(self) -> int:
+        return int(self.publication.available_window)
+
+    def ensure_term(self) -> bool:
+        if self.term_offset < self.term_length:
+            return True
+        self._index = (self._index + 1) % 3
+        self._terms[self._index] = bytearray(self.term_length)  # what the driver's cleaning leaves
+        self.term_begin_position += self.term_length
+        self.term_offset = 0
+        return True
+
+    def term_region(self, length: int) -> memoryview:
+        assert self.term_offset + length <= self.term_length
+        return memoryview(self._terms[self._index])[self.term_offset : self.term_offset + length]
+
+    def term_buffer(self) -> memoryview:
+        return memoryview(self._terms[self._index])
+
+    def clear_length_at(self, term_offset: int) -> None:
+        if term_offset < self.term_length:
+            self._terms[self._index][term_offset : term_offset + 4] = bytes(4)
+
+    def publish_block(self, length: int, first_word: int) -> int:
+        term = self._terms[self._index]
+        offset = self.term_offset
+        assert 0 < length <= self.term_length - offset
+        assert term[offset : offset + 4] == bytes(4), "the block's first frame was visible before it was published"
+        data = first_word.to_bytes(8, "little", signed=True) + bytes(term[offset + 8 : offset + length])
+        self.publication.offers.append(Offer(self.position, data))
+        self.term_offset += length
+        self.publication.position = self.position
+        return self.position
+
+    def append_padding_to_term_end(self, frame_length: int) -> int:
+        remaining = self.term_length - self.term_offset
+        assert frames.align(frame_length, frames.FRAME_ALIGNMENT) == remaining
+        self.publication.offers.append(Offer(self.position, bytes(remaining), is_padding=True))
+        self.term_offset = self.term_length
+        self.publication.position = self.position
+        return self.position
+
+    def close(self) -> None:
+        self.closed = True
+
+
 class EventsPublication:
     """The recording-events publication: keeps what was offered (events are advisory, never back-pressured)."""
 

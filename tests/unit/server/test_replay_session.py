@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+import pytest
 
 from aeron_archive_spark.archive.exceptions import ErrorCode
 from aeron_archive_spark.archive.native import BACK_PRESSURED, MAX_POSITION_EXCEEDED, NOT_CONNECTED, NativeAeronError
@@ -18,11 +20,12 @@ from aeron_archive_spark.archive.server.agent import SessionWorker
 from aeron_archive_spark.archive.server.counters import WorkerTotals
 from aeron_archive_spark.archive.server.replay_session import LimitCounter, ReplaySession, ReplaySessionState
 from aeron_archive_spark.archive.server.session import Session
+from aeron_archive_spark.archive.storage.checksums import checksum_for_name
 from aeron_archive_spark.archive.storage.frames import HDR_TYPE_PAD, HEADER_LENGTH, TYPE_FIELD_OFFSET
 from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
 from aeron_archive_spark.archive.storage.recording_writer import RecordingWriter
 from aeron_archive_spark.archive.storage.segments import segment_file_name
-from tests.unit.server.fakes import SECOND, FakeClock, FakeCountersReader, FakeReplayPublication
+from tests.unit.server.fakes import SECOND, FakeClock, FakeCountersReader, FakeReplayPublication, FakeTermAppender
 from tests.unit.storage_helpers import INITIAL_TERM_ID, SEGMENT_LENGTH, STREAM_ID, TERM_LENGTH, StreamBuilder
 
 RECORDING_ID = 3
@@ -76,6 +79,10 @@ def messages(count: int, length: int = 200) -> Callable[[StreamBuilder], object]
 
 
 class Rig:
+    # Which replay path the session takes: offer_block (False) or blocks read straight into the term (True); the
+    # autouse fixture below runs every test on both, but for those that script offer_block's results.
+    into_term = False
+
     def __init__(self, archive_dir: Path, *, replay_position: int = 0, replay_length: int | None = None,
                  stop_position: int, limit_counter: LimitCounter | None = None, buffer_length: int = 4096) -> None:
         self.clock = FakeClock()
@@ -95,7 +102,8 @@ class Rig:
             reader=self.reader, buffer=bytearray(buffer_length), term_length=TERM_LENGTH, stream_id=STREAM_ID,
             checksum=None, connect_timeout_ns=CONNECT_TIMEOUT_NS, totals=self.totals, now_ns=self.clock.now,
             nano_clock=self.io_clock, send_ok=lambda c, r: self.oks.append((c, r)),
-            send_error=lambda c, code, message: self.errors.append((c, code, message)))
+            send_error=lambda c, code, message: self.errors.append((c, code, message)),
+            appender=FakeTermAppender(self.publication, TERM_LENGTH) if self.into_term else None)
 
     @property
     def state(self) -> ReplaySessionState:
@@ -119,6 +127,18 @@ class Rig:
 
     def offered_layout(self) -> list[tuple[int, int, bool]]:
         return [(o.position, len(o.data), o.is_padding) for o in self.publication.offers]
+
+
+@pytest.fixture(autouse=True, params=[False, True], ids=["offer-block", "into-term"])
+def replay_path(request: pytest.FixtureRequest) -> Iterator[bool]:
+    Rig.into_term = request.param
+    yield request.param
+    Rig.into_term = False
+
+
+def offer_block_path_only() -> None:
+    if Rig.into_term:
+        pytest.skip("scripts the C publication's offer results: the into-term path has no offer to refuse")
 
 
 # -- INIT -----------------------------------------------------------------------------------------------------
@@ -285,6 +305,7 @@ def test_a_limit_counter_closed_after_a_last_move_lets_the_replay_reach_its_fina
 
 
 def test_back_pressure_offers_the_same_batch_again_without_rereading(tmp_path: Path) -> None:
+    offer_block_path_only()
     recording = Recording(tmp_path, messages(40, 300))
     rig = Rig(tmp_path, stop_position=recording.stop_position)
     rig.start()
@@ -333,6 +354,7 @@ def test_a_publication_that_is_no_longer_connected_ends_the_replay_by_revoking_i
 
 
 def test_an_offer_refused_as_not_connected_ends_the_replay_by_revoking(tmp_path: Path) -> None:
+    offer_block_path_only()
     recording = Recording(tmp_path, messages(10))
     rig = Rig(tmp_path, stop_position=recording.stop_position)
     rig.start()
@@ -344,6 +366,7 @@ def test_an_offer_refused_as_not_connected_ends_the_replay_by_revoking(tmp_path:
 
 
 def test_max_position_exceeded_ends_the_replay_with_a_normal_close(tmp_path: Path) -> None:
+    offer_block_path_only()
     recording = Recording(tmp_path, messages(10))
     rig = Rig(tmp_path, stop_position=recording.stop_position)
     rig.start()
@@ -416,6 +439,7 @@ def test_a_pad_at_the_end_of_a_term_becomes_padding_on_the_publication(tmp_path:
 
 
 def test_padding_refused_by_back_pressure_is_appended_on_a_later_cycle(tmp_path: Path) -> None:
+    offer_block_path_only()
     def fill(b: StreamBuilder) -> None:
         b.fill_to(TERM_LENGTH - 600, 300)
         b.append(2000)
@@ -488,6 +512,7 @@ def run_on_replayer(rig: Rig, max_cycles: int = 10_000) -> list[ReplaySession]:
 
 def test_a_native_error_of_the_publication_fails_the_replay_with_an_error_to_the_control_session(
         tmp_path: Path) -> None:
+    offer_block_path_only()
     recording = Recording(tmp_path, long_pad_recording)
     (pad,) = [f for f in recording.recorded.frames if f.is_pad]
     assert pad.length == LONG_PAD and pad.position + pad.length == TERM_LENGTH
@@ -548,6 +573,7 @@ def test_a_pad_in_the_middle_of_a_term_fails_even_as_the_first_frame_replayed(tm
 
 
 def test_an_unexpected_exception_in_the_replay_is_an_error_for_the_control_session(tmp_path: Path) -> None:
+    offer_block_path_only()
     recording = Recording(tmp_path, messages(40, 300))
     rig = Rig(tmp_path, stop_position=recording.stop_position)
     rig.start()
@@ -562,3 +588,39 @@ def test_an_unexpected_exception_in_the_replay_is_an_error_for_the_control_sessi
     assert rig.publication.revoked
     assert rig.errors == [(CORRELATION_ID, ErrorCode.GENERIC,
                            f"replay of recordingId={RECORDING_ID} failed at position={position}: RuntimeError: boom")]
+
+
+def test_an_unexpected_exception_publishing_into_the_term_is_an_error_for_the_control_session(tmp_path: Path) -> None:
+    if not Rig.into_term:
+        pytest.skip("the into-term path's own publish")
+    recording = Recording(tmp_path, messages(40, 300))
+    rig = Rig(tmp_path, stop_position=recording.stop_position)
+    rig.start()
+    rig.work()
+    position = rig.session.replay_position
+    appender = rig.session._appender
+    assert isinstance(appender, FakeTermAppender)
+
+    def broken(length: int, first_word: int) -> int:
+        raise RuntimeError("boom")
+
+    appender.publish_block = broken  # type: ignore[method-assign]
+    assert run_on_replayer(rig) == [rig.session]
+    assert rig.publication.revoked and appender.closed
+    assert rig.errors == [(CORRELATION_ID, ErrorCode.GENERIC,
+                           f"replay of recordingId={RECORDING_ID} failed at position={position}: RuntimeError: boom")]
+
+
+def test_a_replay_with_checksums_does_not_read_into_the_term(tmp_path: Path) -> None:
+    """Frames must be checked before they enter the log: a checksum replay closes the appender and copies."""
+    recording = Recording(tmp_path, messages(10))
+    appender = FakeTermAppender(FakeReplayPublication(REPLAY_SESSION, REPLAY_STREAM), TERM_LENGTH)
+    rig = Rig(tmp_path, stop_position=recording.stop_position)
+    session = ReplaySession(
+        replay_session_id=REPLAY_SESSION_ID, correlation_id=CORRELATION_ID, control_session_id=9,
+        recording_id=RECORDING_ID, replay_position=0, replay_length=recording.stop_position, start_position=0,
+        stop_position=recording.stop_position, limit_counter=None, publication=rig.publication, reader=rig.reader,
+        buffer=bytearray(4096), term_length=TERM_LENGTH, stream_id=STREAM_ID, checksum=checksum_for_name("crc-32"),
+        connect_timeout_ns=CONNECT_TIMEOUT_NS, totals=rig.totals, now_ns=rig.clock.now, nano_clock=rig.io_clock,
+        send_ok=lambda c, r: None, send_error=lambda c, code, message: None, appender=appender)
+    assert session._appender is None and appender.closed
