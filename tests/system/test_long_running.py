@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from conftest import free_udp_port
@@ -151,3 +152,43 @@ def test_soak_thousands_of_publications_under_one_recording_subscription(server:
     assert after.mappings <= baseline.mappings + 8, (baseline, after)
     assert after.open_files <= baseline.open_files, (baseline, after)
     assert after.rss_kib <= baseline.rss_kib * 1.10, (baseline, after)
+
+
+def replay_many(server: Server, recording_id: int, stop: int, count: int, stream_id: int) -> None:
+    """`count` replays of the whole recording, one after the other, each read to its end by a block-polling image."""
+    for _ in range(count):
+        subscription = server.client.replay(recording_id, "aeron:ipc", stream_id, position=0, length=stop)
+        try:
+            def at_end(subscription: Any = subscription) -> bool:
+                images = subscription.images()
+                for image in images:
+                    image.block_poll(lambda *_: None, 1 << 20)
+                return bool(images) and images[0].position >= stop
+
+            wait_for(at_end, timeout=20, what="a replay to its end")
+        finally:
+            subscription.close()
+
+
+def test_replays_leave_no_log_buffer_mapped_in_the_archive(server: Server) -> None:
+    """Each replay maps its publication's log buffer twice in the archive (the C client's mapping, and the
+    replayer's own for reading straight into the term): both must go when the replay ends."""
+    channel = "aeron:ipc?term-length=1m"
+    aeron = server.client.aeron
+    publication = aeron.add_exclusive_publication(channel, 79)
+    server.client.start_recording(f"{channel}|session-id={publication.session_id}", 79, SourceLocation.LOCAL)
+    wait_for(lambda: publication.is_connected, what="the archive to subscribe")
+    for _ in range(3000):
+        wait_for(lambda: publication.offer(b"y" * 992) >= 0, what="an accepted offer")
+    stop = publication.position
+    (recording,) = server.client.list_recordings(0, 1)
+    wait_for(lambda: server.client.get_recording_position(recording.recording_id) == stop, what="recorded")
+    replay_many(server, recording.recording_id, stop, 3, 9791)
+    baseline = wait_for(lambda: (f := Footprint.of(server.proc.pid)).deleted_log_buffers == 0 and f, what="warm-up")
+    replay_many(server, recording.recording_id, stop, 40, 9791)
+    after = wait_for(lambda: (f := Footprint.of(server.proc.pid)).log_buffers <= baseline.log_buffers and f, timeout=20,
+                     what=f"the archive to unmap finished replays' log buffers ({Footprint.of(server.proc.pid)})")
+    assert after.deleted_log_buffers == 0, (baseline, after)
+    assert after.mappings <= baseline.mappings + 8, (baseline, after)
+    assert after.open_files <= baseline.open_files, (baseline, after)
+    publication.close()
