@@ -372,3 +372,22 @@ def test_first_checksum_mismatch_offsets() -> None:
     assert first_checksum_mismatch(buf, scan_frames(buf), crc) == -1
     buf[builder.frames[1].position + 33] ^= 1
     assert first_checksum_mismatch(buf, scan_frames(buf), crc) == builder.frames[1].position
+
+
+@pytest.mark.parametrize("chunk", [3, 8, 40, 4096])
+def test_read_into_with_a_head_puts_the_first_bytes_there_and_leaves_the_buffer_start_alone(
+    tmp_path: Path, chunk: int
+) -> None:
+    builder = StreamBuilder(0).append_many([100, 3000, 1, 1376, 500] * 4)
+    writer = write(tmp_path, builder, block_limit=4096)
+    reader = reader_for(tmp_path, builder, writer.position)
+    expected = read_all(reader, 0, writer.position)
+    for position in (0, 128, 4096):
+        head = bytearray(8)
+        buffer = bytearray(b"\xee" * chunk)
+        n = reader.read_into(buffer, position, chunk, head=head)
+        assert n == chunk
+        split = min(8, chunk)
+        assert head[:split] == expected[position : position + split]
+        assert buffer[:split] == b"\xee" * split  # left for the caller (a term's length word stays zero)
+        assert buffer[split:n] == expected[position + split : position + n]
