@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-from typing import Any
 
 import numpy as np
 
@@ -213,7 +212,3 @@ class TermAppender:
     def __repr__(self) -> str:
         return f"TermAppender(session={self.session_id}, position={self.position}, closed={self._closed})"
 
-
-def first_word_of(head: Any) -> int:
-    """The first 8 bytes of a frame header as a signed little-endian int64."""
-    return int.from_bytes(bytes(head[:8]), "little", signed=True)
