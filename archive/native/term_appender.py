@@ -211,4 +211,3 @@ class TermAppender:
 
     def __repr__(self) -> str:
         return f"TermAppender(session={self.session_id}, position={self.position}, closed={self._closed})"
-
