@@ -38,7 +38,7 @@ from aeron_archive_spark.archive.native import (
     Subscription,
     get_lib,
 )
-from aeron_archive_spark.archive.native.driver import default_driver_parent, filesystem_type
+from aeron_archive_spark.archive.native.driver import default_driver_parent, default_settings, filesystem_type
 
 HEADER = struct.Struct("<iBBhiiiiq")  # Aeron data frame header: length, version, flags, type, offset, session, stream,
 #                                      term id, reserved value
@@ -775,3 +775,56 @@ def test_driver_files_go_to_shm_only_when_it_is_a_memory_filesystem_with_room(
     parent, why = default_driver_parent(16 << 20, shm_dir=str(shm), mounts_file=memory)
     assert parent == tempfile.gettempdir()
     assert why == f"{shm} has 64 MiB free, less than the 160 MiB of ten terms of log buffers"
+
+
+def _udp_socket_bound_to(port: int) -> socket.socket:
+    """A duplicate of this process's UDP socket bound to `port` (the embedded driver's, found through /proc)."""
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                continue
+            sock = socket.socket(fileno=os.dup(int(fd)))
+        except OSError:
+            continue
+        if sock.type == socket.SOCK_DGRAM and sock.family == socket.AF_INET and sock.getsockname()[1] == port:
+            return sock
+        sock.close()  # closes the duplicate only
+    raise AssertionError(f"no UDP socket bound to port {port} in this process")
+
+
+def test_default_settings_ask_for_big_buffers_and_io_vectors_within_the_host_limits(tmp_path: pathlib.Path) -> None:
+    sysctl = tmp_path / "core"
+    sysctl.mkdir()
+    assert default_settings(str(sysctl)) == {  # limits unknown: ask, and let the C driver warn about a clamp
+        "AERON_SOCKET_SO_RCVBUF": 2 << 20,
+        "AERON_SOCKET_SO_SNDBUF": 2 << 20,
+        "AERON_RCV_INITIAL_WINDOW_LENGTH": 1 << 20,
+        "AERON_RECEIVER_IO_VECTOR_CAPACITY": 16,
+        "AERON_SENDER_IO_VECTOR_CAPACITY": 16,
+        "AERON_NETWORK_PUBLICATION_MAX_MESSAGES_PER_SEND": 16,
+        "AERON_SHARED_IDLE_STRATEGY": "backoff",
+        "AERON_SHARED_IDLE_STRATEGY_INIT_ARGS": "1-0-50us-1ms",
+    }
+    (sysctl / "rmem_max").write_text("212992\n")  # a stock Linux host
+    (sysctl / "wmem_max").write_text("8388608\n")
+    settings = default_settings(str(sysctl))
+    assert (settings["AERON_SOCKET_SO_RCVBUF"], settings["AERON_SOCKET_SO_SNDBUF"]) == (212992, 2 << 20)
+    assert settings["AERON_RCV_INITIAL_WINDOW_LENGTH"] == 128 << 10  # Aeron's own, as the buffer holds it
+    (sysctl / "rmem_max").write_text("1048576\n")
+    assert default_settings(str(sysctl))["AERON_RCV_INITIAL_WINDOW_LENGTH"] == 512 << 10  # half the buffer
+    (sysctl / "rmem_max").write_text("65536\n")
+    settings = default_settings(str(sysctl))
+    assert settings["AERON_SOCKET_SO_RCVBUF"] == settings["AERON_RCV_INITIAL_WINDOW_LENGTH"] == 65536
+
+
+def test_embedded_driver_udp_sockets_get_the_buffers_asked_for(client: AeronClient, stream_id: int) -> None:
+    port = free_udp_port()
+    with client.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{port}", stream_id) as subscription:
+        wait_until(lambda: subscription.channel_status == 1, "UDP subscription active")
+        sock = _udp_socket_bound_to(port)
+        try:
+            asked = default_settings()["AERON_SOCKET_SO_RCVBUF"]
+            # Linux doubles the value set, for its bookkeeping; Aeron's default would give 256 KiB.
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) == 2 * asked
+        finally:
+            sock.close()
