@@ -27,6 +27,14 @@ class BackoffIdleStrategy:
     the reaction to new work after a quiet spell is what it was: the current sleep, at most `max_sleep_s`. An
     agent with work never idles, so throughput does not depend on these values.
 
+    `trickle_work` is for an agent whose work comes in bytes (the recorder): a cycle that did some work, but less
+    than this, is a trickle, and the agent then waits (from `min_sleep_s`, doubling to `trickle_max_sleep_s`)
+    instead of polling again at once, so that its next cycle finds a block worth its fixed cost. A UDP image grows
+    one datagram at a time, and polling it again at once made the recorder of a 15-20 MB/s stream run ~1 KiB
+    cycles back to back; what the recorder cost then was the cycles' fixed Python cost, not the bytes. The wait
+    never exceeds `trickle_max_sleep_s`, far below what a publication's window takes to fill, so a trickle cannot
+    throttle its sender; a cycle that finds `trickle_work` or more resets the back-off as any work does.
+
     `idle(0, back_pressured=True)` is for an agent whose work waits on a consumer that is draining (a replay whose
     publication window is full): the window reopens as soon as the subscriber and the driver catch up, typically
     within a millisecond, so sleeps are capped at `back_pressured_max_sleep_s` rather than doubling to
@@ -43,8 +51,11 @@ class BackoffIdleStrategy:
         max_sleep_s: float = 0.001,
         back_pressured_max_sleep_s: float = 0.0001,
         back_pressured_max_idles: int = 200,
+        trickle_work: int = 0,
+        trickle_max_sleep_s: float = 0.0005,
     ) -> None:
         self.max_spins, self.max_yields = max_spins, max_yields
+        self.trickle_work, self.trickle_max_sleep_s = trickle_work, trickle_max_sleep_s
         self.min_sleep_s, self.max_sleep_s = min_sleep_s, max_sleep_s
         self.back_pressured_max_sleep_s = back_pressured_max_sleep_s
         self.back_pressured_max_idles = back_pressured_max_idles
@@ -54,7 +65,11 @@ class BackoffIdleStrategy:
     def idle(self, work_count: int, back_pressured: bool = False) -> None:
         if work_count > 0:
             self._count = 0
-            self._sleep = self.min_sleep_s
+            if work_count >= self.trickle_work:
+                self._sleep = self.min_sleep_s
+                return
+            time.sleep(self._sleep)  # a trickle: let the next block grow
+            self._sleep = min(self._sleep * 2, self.trickle_max_sleep_s)
             return
         self._count += 1
         if self._count <= self.max_spins:
@@ -159,8 +174,9 @@ class SessionWorker(Agent):
         error_handler: Callable[[BaseException], None],
         on_session_done: Callable[[Session], None],
         nano_clock: Callable[[], int] = time.monotonic_ns,
+        idle: BackoffIdleStrategy | None = None,
     ) -> None:
-        super().__init__(name, error_handler, nano_clock=nano_clock)
+        super().__init__(name, error_handler, idle=idle, nano_clock=nano_clock)
         self._sessions: list[Session] = []
         self._incoming: queue.SimpleQueue[Session] = queue.SimpleQueue()
         self._on_session_done = on_session_done

@@ -41,7 +41,7 @@ from aeron_archive_spark.archive.constants import (
 )
 from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
 from aeron_archive_spark.archive.native import NativeAeronError, TermAppender
-from aeron_archive_spark.archive.server.agent import Agent, SessionWorker
+from aeron_archive_spark.archive.server.agent import Agent, BackoffIdleStrategy, SessionWorker
 from aeron_archive_spark.archive.server.conductor_port import ControlClient
 from aeron_archive_spark.archive.server.control_session import ControlSession
 from aeron_archive_spark.archive.server.control_session import fault_log as control_session_fault_log
@@ -73,6 +73,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SESSION_EVENT_LINES_PER_SECOND = 20
+# A recorder cycle that writes less than this is a trickle: the recorder waits a little before polling again (see
+# `BackoffIdleStrategy`). A quarter of Aeron's default 128 KiB receiver window, so the wait never holds a UDP
+# sender back; an IPC or a fast UDP feed fills it within one short sleep.
+RECORDER_TRICKLE_BYTES = 32 * 1024
 
 type Listing = ListRecordingsSession | ListRecordingSubscriptionsSession
 
@@ -128,7 +132,11 @@ class ArchiveConductor(Agent):
         self.recorder_totals = WorkerTotals()
         self.replayer_totals = WorkerTotals()
         self.recorder = SessionWorker(
-            "archive-recorder", self._on_agent_error, self._on_recording_done, nano_clock=ctx.nano_clock
+            "archive-recorder",
+            self._on_agent_error,
+            self._on_recording_done,
+            nano_clock=ctx.nano_clock,
+            idle=BackoffIdleStrategy(trickle_work=RECORDER_TRICKLE_BYTES),
         )
         self.replayer = SessionWorker(
             "archive-replayer", self._on_agent_error, self._on_replay_done, nano_clock=ctx.nano_clock

@@ -139,3 +139,24 @@ def test_idle_strategy_sleeps_briefly_while_a_consumer_drains_then_backs_off(mon
     for _ in range(8):
         idle.idle(0)
     assert [s for s in slept if s > 0] == [0.00005, 0.0001, 0.0002, 0.0004, 0.0008, 0.001]
+
+
+def test_idle_strategy_waits_after_a_trickle_and_polls_at_once_after_a_block(monkeypatch):
+    import aeron_archive_spark.archive.server.agent as agent_module
+    from aeron_archive_spark.archive.server.agent import BackoffIdleStrategy
+
+    slept: list[float] = []
+    monkeypatch.setattr(agent_module.time, "sleep", slept.append)
+    idle = BackoffIdleStrategy(min_sleep_s=0.00005, max_sleep_s=0.001, trickle_work=1024, trickle_max_sleep_s=0.0004)
+    for _ in range(6):
+        idle.idle(100)  # a datagram at a time: wait, longer each time, up to the trickle cap
+    assert slept == [0.00005, 0.0001, 0.0002, 0.0004, 0.0004, 0.0004]
+    slept.clear()
+    idle.idle(1024)  # a block worth a cycle: poll again at once, and the next trickle waits the shortest time
+    idle.idle(100)
+    assert slept == [0.00005]
+    slept.clear()
+    plain = BackoffIdleStrategy(min_sleep_s=0.00005)  # no trickle rule: any work means poll again at once
+    for _ in range(3):
+        plain.idle(1)
+    assert slept == []
