@@ -68,8 +68,9 @@ class BackoffIdleStrategy:
             if work_count >= self.trickle_work:
                 self._sleep = self.min_sleep_s
                 return
-            time.sleep(self._sleep)  # a trickle: let the next block grow
-            self._sleep = min(self._sleep * 2, self.trickle_max_sleep_s)
+            sleep = min(self._sleep, self.trickle_max_sleep_s)  # a trickle: let the next block grow
+            time.sleep(sleep)
+            self._sleep = min(sleep * 2, self.trickle_max_sleep_s)
             return
         self._count += 1
         if self._count <= self.max_spins:

@@ -156,6 +156,12 @@ def test_idle_strategy_waits_after_a_trickle_and_polls_at_once_after_a_block(mon
     idle.idle(100)
     assert slept == [0.00005]
     slept.clear()
+    for _ in range(8):
+        idle.idle(0)  # idle long enough to sleep the longest
+    slept.clear()
+    idle.idle(100)  # the first trickle after a quiet spell waits no longer than the trickle cap
+    assert slept == [0.0004]
+    slept.clear()
     plain = BackoffIdleStrategy(min_sleep_s=0.00005)  # no trickle rule: any work means poll again at once
     for _ in range(3):
         plain.idle(1)
