@@ -34,7 +34,7 @@ import os
 import secrets
 import tempfile
 import threading as _threading  # the constructor's `threading` parameter shadows the module name
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import pyaeron
@@ -127,8 +127,22 @@ def _sysctl_int(path: str) -> int | None:
         return None
 
 
-def default_settings(sysctl_dir: str = "/proc/sys/net/core") -> dict[str, int | str]:
+# Settings that only make sense together: where the environment or the caller sets one of a group, the defaults
+# of the whole group are left out. The C driver refuses to start with a receiver window larger than the receive
+# buffer it got, and reads the idle strategy's arguments in the strategy's own format (a `sleep-ns` strategy
+# with backoff's arguments fails), so a user's `AERON_SOCKET_SO_RCVBUF=131072` or `AERON_SHARED_IDLE_STRATEGY=
+# sleep-ns` must not meet our window or our backoff arguments.
+COUPLED_SETTINGS = (
+    frozenset({"AERON_SOCKET_SO_RCVBUF", "AERON_RCV_INITIAL_WINDOW_LENGTH"}),
+    frozenset({"AERON_SHARED_IDLE_STRATEGY", "AERON_SHARED_IDLE_STRATEGY_INIT_ARGS"}),
+)
+
+
+def default_settings(sysctl_dir: str = "/proc/sys/net/core", given: Collection[str] = ()) -> dict[str, int | str]:
     """The C driver settings of an embedded driver, by `AERON_*` environment variable name (module docstring).
+
+    `given` names the settings the environment or the caller sets: those, and the rest of their group in
+    `COUPLED_SETTINGS`, are left out.
 
     Socket buffers of `SOCKET_BUFFER_LENGTH`, lowered to the host's `rmem_max`/`wmem_max` (per network namespace)
     where those are smaller: the C driver warns when the kernel clamps what it asked for. The receiver's window
@@ -147,7 +161,11 @@ def default_settings(sysctl_dir: str = "/proc/sys/net/core") -> dict[str, int | 
     settings["AERON_NETWORK_PUBLICATION_MAX_MESSAGES_PER_SEND"] = IO_VECTOR_CAPACITY
     settings["AERON_SHARED_IDLE_STRATEGY"] = "backoff"
     settings["AERON_SHARED_IDLE_STRATEGY_INIT_ARGS"] = SHARED_IDLE_STRATEGY_ARGS
-    return settings
+    left_out = set(given)
+    for group in COUPLED_SETTINGS:
+        if group & left_out:
+            left_out |= group
+    return {name: value for name, value in settings.items() if name not in left_out}
 
 
 def _env_value(value: str | int | bool) -> str:
@@ -177,9 +195,8 @@ class EmbeddedMediaDriver:
         dir_delete_on_shutdown: bool = True,
         settings: Mapping[str, str | int | bool] | None = None,
     ) -> None:
-        env: dict[str, str] = {
-            name: _env_value(value) for name, value in default_settings().items() if name not in os.environ
-        }
+        given = {name for name in os.environ if name.startswith("AERON_")} | set(settings or {})
+        env: dict[str, str] = {name: _env_value(value) for name, value in default_settings(given=given).items()}
         env["AERON_TERM_BUFFER_SPARSE_FILE"] = _env_value(term_buffer_sparse_file)
         if term_buffer_length is not None:
             env["AERON_TERM_BUFFER_LENGTH"] = _env_value(term_buffer_length)

@@ -828,3 +828,33 @@ def test_embedded_driver_udp_sockets_get_the_buffers_asked_for(client: AeronClie
             assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) == 2 * asked
         finally:
             sock.close()
+
+
+def test_default_settings_leave_a_coupled_group_to_whoever_sets_one_of_it() -> None:
+    ours = default_settings()
+    mine = default_settings(given={"AERON_SOCKET_SO_RCVBUF", "AERON_SHARED_IDLE_STRATEGY_INIT_ARGS"})
+    assert set(ours) - set(mine) == {
+        "AERON_SOCKET_SO_RCVBUF",
+        "AERON_RCV_INITIAL_WINDOW_LENGTH",  # our 1 MiB window above the user's buffer: the C driver would refuse
+        "AERON_SHARED_IDLE_STRATEGY",
+        "AERON_SHARED_IDLE_STRATEGY_INIT_ARGS",
+    }
+    assert default_settings(given={"AERON_TERM_BUFFER_LENGTH"}) == ours
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        ("AERON_SOCKET_SO_RCVBUF", "131072"),  # Aeron's own buffer: our 1 MiB window would not fit in it
+        ("AERON_SHARED_IDLE_STRATEGY", "sleep-ns"),  # a strategy that cannot read backoff's arguments
+    ],
+)
+def test_a_driver_starts_with_one_setting_of_a_coupled_group_from_the_environment(
+    setting: tuple[str, str], tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(*setting)
+    with (
+        EmbeddedMediaDriver(str(tmp_path / "aeron")) as media_driver,
+        AeronClient(media_driver.aeron_dir, client_name="coupled") as aeron,
+    ):
+        assert aeron.client_id >= 0
