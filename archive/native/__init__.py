@@ -18,7 +18,7 @@ from ..constants import (
     COUNTER_RECORD_UNUSED,
 )
 from .callbacks import BlockHandler, ControlledAction, FragmentHandler, HeaderValues
-from .client import AeronClient
+from .client import AeronClient, PendingExclusivePublication
 from .counters import Counter, CounterInfo, CountersReader
 from .driver import EmbeddedMediaDriver, default_driver_parent
 from .ffi import (
@@ -63,6 +63,7 @@ __all__ = [
     "Image",
     "ImageHandler",
     "NativeAeronError",
+    "PendingExclusivePublication",
     "Publication",
     "Subscription",
     "TermAppender",

@@ -261,6 +261,21 @@ class AeronClient(NativeWrapper[ClientNative]):
         """Add an exclusive (single-writer) publication; supports offer_block / append_padding."""
         return ExclusivePublication(self._add_publication(ExclusivePublicationNative, channel, stream_id))
 
+    def async_add_exclusive_publication(self, channel: str, stream_id: int) -> PendingExclusivePublication:
+        """Start adding an exclusive publication without waiting: poll the result until the driver answers.
+
+        For a conductor that must not stall on the media driver's round trip (the archive setting up a replay
+        while other requests wait: Aeron's `asyncAddExclusivePublication`). Raises at once only if the request
+        cannot be sent.
+        """
+        lib = get_lib()
+        what = f"add_exclusive_publication(channel={channel!r}, stream_id={stream_id})"
+        async_ptr = ffi.new("aeron_async_add_exclusive_publication_t **")
+        with self._n.open() as aeron:
+            if lib.aeron_async_add_exclusive_publication(async_ptr, aeron, channel.encode(), int(stream_id)) < 0:
+                raise last_error(what)
+        return PendingExclusivePublication(self._n, what, async_ptr[0], channel, stream_id)
+
     def add_publication(self, channel: str, stream_id: int) -> Publication:
         """Add a concurrent publication (shared by all adders of the same channel/stream in this client)."""
         return Publication(self._add_publication(PublicationNative, channel, stream_id))
@@ -295,3 +310,58 @@ class AeronClient(NativeWrapper[ClientNative]):
             ),
         )
         return Counter(self._n.adopt(CounterNative(self._n, ptr)))
+
+
+class PendingExclusivePublication:
+    """An exclusive publication being added (`AeronClient.async_add_exclusive_publication`).
+
+    `poll()` returns None until the driver has answered, then the publication (the same one on every later call);
+    a refusal, or no answer within the driver timeout (the C client's conductor fails the add then), raises
+    `NativeAeronError` once, after which `is_done` is true and `poll()` returns None. Whoever polls it to the end
+    owns the publication; `abandon()` instead closes it whenever it comes (polled by `poll()` calls that must
+    continue until `is_done`). Not thread safe: one owner thread.
+    """
+
+    def __init__(self, client: ClientNative, what: str, async_add: Any, channel: str, stream_id: int) -> None:
+        self._client = client
+        self._what = what
+        self._async: Any = async_add
+        self._out = ffi.new("aeron_exclusive_publication_t **")
+        self._channel = channel
+        self._stream_id = stream_id
+        self._result: ExclusivePublication | None = None
+        self._abandoned = False
+
+    @property
+    def is_done(self) -> bool:
+        """The driver answered (or the add failed): nothing more will come of `poll()`."""
+        return self._async is None
+
+    def abandon(self) -> None:
+        """Nobody wants the publication any more: close it now if it came, or as soon as `poll()` sees it."""
+        self._abandoned = True
+        if self._result is not None:
+            self._result.close()
+            self._result = None
+
+    def poll(self) -> ExclusivePublication | None:
+        if self._async is None:
+            return self._result
+        lib = get_lib()
+        with self._client.open():
+            rc = int(lib.aeron_async_add_exclusive_publication_poll(self._out, self._async))
+            if rc < 0:
+                self._async = None  # the C client freed it
+                raise last_error(self._what)
+        if rc == 0:
+            return None
+        self._async = None
+        native = self._client.adopt(
+            ExclusivePublicationNative(self._client, self._out[0], self._channel, self._stream_id)
+        )
+        publication = ExclusivePublication(native)
+        if self._abandoned:
+            publication.close()
+            return None
+        self._result = publication
+        return publication

@@ -40,13 +40,14 @@ from aeron_archive_spark.archive.constants import (
     SourceLocation,
 )
 from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
-from aeron_archive_spark.archive.native import NativeAeronError, TermAppender
+from aeron_archive_spark.archive.native import ExclusivePublication, NativeAeronError, TermAppender
 from aeron_archive_spark.archive.server.agent import Agent, BackoffIdleStrategy, SessionWorker
 from aeron_archive_spark.archive.server.conductor_port import ControlClient
 from aeron_archive_spark.archive.server.control_session import ControlSession
 from aeron_archive_spark.archive.server.control_session import fault_log as control_session_fault_log
 from aeron_archive_spark.archive.server.control_session_adapter import KIND_MALFORMED, ControlSessionAdapter
 from aeron_archive_spark.archive.server.counters import ArchiveCounters, WorkerTotals
+from aeron_archive_spark.archive.server.create_replay_publication_session import CreateReplayPublicationSession
 from aeron_archive_spark.archive.server.delete_segments_session import DeleteSegmentsSession
 from aeron_archive_spark.archive.server.list_recording_subscriptions_session import (
     ListRecordingSubscriptionsSession,
@@ -124,6 +125,11 @@ class ArchiveConductor(Agent):
         self._recordings: dict[int, RecordingSession] = {}  # active recording sessions by recording id
         self._recording_entries: dict[int, RecordingSubscription] = {}  # their subscriptions, even once stopping
         self._replays: dict[int, ReplaySession] = {}
+        # Replays whose publication the media driver is still adding, by a key of their own.
+        self._pending_replays: dict[int, CreateReplayPublicationSession] = {}
+        self._next_pending_replay = 1
+        # Aborted before their publication came: polled until the driver answers, so it can be closed.
+        self._abandoned_replays: list[CreateReplayPublicationSession] = []
         self._delete_sessions: dict[int, DeleteSegmentsSession] = {}
         self._listings: list[Listing] = []
         self._replay_id = 1
@@ -190,7 +196,7 @@ class ArchiveConductor(Agent):
         been sent, the conductor idles in short sleeps, so the client gets its answer within ~0.1 ms rather
         than after a back-off of up to 1 ms. Read from the conductor thread; `ok_sent` is set by the replayer
         after it enqueues the OK, so a pending task is checked too."""
-        if not self._tasks.empty():
+        if not self._tasks.empty() or self._pending_replays:
             return True
         return any(not replay.ok_sent for replay in self._replays.values())
 
@@ -233,6 +239,14 @@ class ArchiveConductor(Agent):
                     owner = self._control_sessions.get(listing.owner_id)
                     if owner is not None and owner.active_listing is listing:
                         owner.active_listing = None
+        if self._pending_replays:
+            for pending in list(self._pending_replays.values()):
+                work += pending.do_work(now_ns)
+        if self._abandoned_replays:
+            for abandoned in list(self._abandoned_replays):
+                work += abandoned.do_work(now_ns)
+                if abandoned.is_settled:
+                    self._abandoned_replays.remove(abandoned)
         for delete in list(self._delete_sessions.values()):
             work += delete.do_work(now_ns)
         if now_ns >= self._next_fault_flush_ns:
@@ -794,6 +808,22 @@ class ArchiveConductor(Agent):
     def _replays_of(self, recording_id: int) -> list[ReplaySession]:
         return [r for r in self._replays.values() if r.recording_id == recording_id]
 
+    def _has_replays(self, recording_id: int) -> bool:
+        """Replays of the recording running, or waiting for their publication."""
+        return bool(self._replays_of(recording_id)) or any(
+            p.recording_id == recording_id for p in self._pending_replays.values()
+        )
+
+    def _abort_pending_replays(self, recording_id: int | None, reason: str) -> None:
+        """Answer replays still waiting for their publication with an error (all of them for None); each keeps
+        being polled until the driver answers, so the publication it may yet get is closed."""
+        for key, pending in list(self._pending_replays.items()):
+            if recording_id is None or pending.recording_id == recording_id:
+                self._pending_replays.pop(key, None)
+                pending.abort(reason)
+                if not pending.is_settled:
+                    self._abandoned_replays.append(pending)
+
     def start_replay(
         self,
         session: ControlClient,
@@ -807,7 +837,7 @@ class ArchiveConductor(Agent):
         file_io_max_length: int | None,
     ) -> None:
         ctx = self.ctx
-        if len(self._replays) >= ctx.max_concurrent_replays:
+        if len(self._replays) + len(self._pending_replays) >= ctx.max_concurrent_replays:
             raise ArchiveError(f"max concurrent replays reached {ctx.max_concurrent_replays}", ErrorCode.MAX_REPLAYS)
         d = self._descriptor(recording_id)
         reader = self.aeron.counters_reader
@@ -883,9 +913,59 @@ class ArchiveConductor(Agent):
                 f"cannot replay recording {recording_id} while its segments are being deleted", ErrorCode.GENERIC
             )
         buffer_length = replay_buffer_length(io_length, replay_length, d.mtu_length)
-        publication = self.aeron.add_exclusive_publication(
+        pending = self.aeron.async_add_exclusive_publication(
             self._replay_channel(replay_channel, replay_position, d), replay_stream_id
         )
+        control_session_id = session.control_session_id
+        key = self._next_pending_replay
+        self._next_pending_replay += 1
+
+        def on_publication(publication: ExclusivePublication) -> None:
+            self._pending_replays.pop(key, None)
+            try:
+                self._new_replay_session(
+                    session,
+                    publication,
+                    correlation_id,
+                    d,
+                    replay_position,
+                    replay_length,
+                    stop_position,
+                    limit,
+                    buffer_length,
+                    replay_channel,
+                    replay_stream_id,
+                )
+            except Exception as ex:  # answered like a request that raised in line (`fail_request`)
+                publication.close()
+                self.on_protocol_error(f"replay of recording {recording_id} failed to start: {ex}", "replay", ex)
+                self._send_error(control_session_id, correlation_id, ErrorCode.GENERIC, f"ReplayRequest failed: {ex}")
+
+        def on_error(message: str) -> None:
+            self._pending_replays.pop(key, None)
+            self._send_error(control_session_id, correlation_id, ErrorCode.GENERIC, message)
+
+        self._pending_replays[key] = CreateReplayPublicationSession(
+            key, correlation_id, recording_id, pending, on_publication, on_error
+        )
+
+    def _new_replay_session(
+        self,
+        session: ControlClient,
+        publication: ExclusivePublication,
+        correlation_id: int,
+        d: RecordingDescriptor,
+        replay_position: int,
+        replay_length: int,
+        stop_position: int,
+        limit: LimitCounter | None,
+        buffer_length: int,
+        replay_channel: str,
+        replay_stream_id: int,
+    ) -> None:
+        """The replay's publication is there (`CreateReplayPublicationSession`): start the replay, confirm it."""
+        ctx = self.ctx
+        recording_id = d.recording_id
         replay_session_id = (self._replay_id << 32) | (publication.session_id & 0xFFFFFFFF)
         self._replay_id += 1
         appender = self._term_appender(publication) if ctx.replay_into_term and self._replay_checksum is None else None
@@ -996,6 +1076,7 @@ class ArchiveConductor(Agent):
         for replay in self._replays.values():
             if recording_id == NULL_POSITION or replay.recording_id == recording_id:
                 replay.abort("stop all replays")
+        self._abort_pending_replays(None if recording_id == NULL_POSITION else recording_id, "stop all replays")
         session.send_ok(correlation_id, 0)
 
     # -- truncate / purge ----------------------------------------------------------------------------------
@@ -1015,13 +1096,14 @@ class ArchiveConductor(Agent):
         self.catalog.update_stop_position(recording_id, position)
         for replay in self._replays_of(recording_id):
             replay.abort("recording truncated")
+        self._abort_pending_replays(recording_id, "recording truncated")
         self._queue_deletion(session, correlation_id, recording_id, to_delete)
 
     def purge_recording(self, session: ControlClient, correlation_id: int, recording_id: int) -> None:
         d = self._descriptor(recording_id)
         if recording_id in self._recordings or d.is_active:
             raise ArchiveError(f"cannot purge active recording {recording_id}", ErrorCode.ACTIVE_RECORDING)
-        if self._replays_of(recording_id):
+        if self._has_replays(recording_id):
             raise ArchiveError(f"cannot purge recording with active replay {recording_id}", ErrorCode.ACTIVE_RECORDING)
         if recording_id in self._delete_sessions:
             raise ArchiveError(f"another delete is in progress for recording {recording_id}", ErrorCode.GENERIC)
@@ -1038,7 +1120,7 @@ class ArchiveConductor(Agent):
             self._signal(control_session_id, correlation_id, recording_id, -1, -1, RecordingSignal.DELETE)
 
         delete = DeleteSegmentsSession(
-            self.ctx.archive_dir, recording_id, files, lambda: bool(self._replays_of(recording_id)), on_done
+            self.ctx.archive_dir, recording_id, files, lambda: self._has_replays(recording_id), on_done
         )
         if not files:
             on_done(delete)
@@ -1050,6 +1132,10 @@ class ArchiveConductor(Agent):
         """Runs on the conductor thread after its loop: stop recordings, close sessions, sync the catalog."""
         self.recorder.close()
         self.replayer.close()
+        self._abort_pending_replays(None, "the archive is closing")
+        for abandoned in self._abandoned_replays:
+            abandoned.close()
+        self._abandoned_replays.clear()
         self._run_tasks()  # recorder/replayer hand-backs (catalog stop positions) queued while they shut down
         for delete in list(self._delete_sessions.values()):
             while not delete.is_done():

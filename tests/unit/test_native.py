@@ -858,3 +858,53 @@ def test_a_driver_starts_with_one_setting_of_a_coupled_group_from_the_environmen
         AeronClient(media_driver.aeron_dir, client_name="coupled") as aeron,
     ):
         assert aeron.client_id >= 0
+
+
+def test_async_exclusive_publication_add_is_polled_to_the_publication(client: AeronClient, stream_id: int) -> None:
+    """The conductor's replay set-up adds publications without waiting: poll None until the driver answers, then
+    the same usable publication on every later poll."""
+    pending = client.async_add_exclusive_publication("aeron:ipc", stream_id)
+    deadline = time.monotonic() + 10
+    publication = pending.poll()
+    while publication is None:
+        assert not pending.is_done
+        assert time.monotonic() < deadline, "the driver never answered the add"
+        time.sleep(0.0001)
+        publication = pending.poll()
+    assert pending.is_done
+    assert pending.poll() is publication
+    subscription = client.add_subscription("aeron:ipc", stream_id)
+    try:
+        wait_until(lambda: publication.is_connected, "connection")
+        assert publication.offer(b"hello") > 0
+    finally:
+        subscription.close()
+        publication.close()
+
+
+def test_async_exclusive_publication_add_refused_raises_once(client: AeronClient, stream_id: int) -> None:
+    pending = client.async_add_exclusive_publication("aeron:ipc?term-length=3000", stream_id)  # not a power of 2
+    deadline = time.monotonic() + 10
+    with pytest.raises(NativeAeronError):
+        while pending.poll() is None:
+            assert time.monotonic() < deadline, "the driver never answered the add"
+            time.sleep(0.0001)
+    assert pending.is_done
+    assert pending.poll() is None
+
+
+def test_abandoned_async_exclusive_publication_is_closed_when_it_comes(client: AeronClient, stream_id: int) -> None:
+    pending = client.async_add_exclusive_publication("aeron:ipc", stream_id)
+    pending.abandon()
+    deadline = time.monotonic() + 10
+    while not pending.is_done:
+        assert pending.poll() is None
+        assert time.monotonic() < deadline, "the driver never answered the add"
+        time.sleep(0.0001)
+    assert pending.poll() is None
+    subscription = client.add_subscription("aeron:ipc", stream_id)
+    try:
+        time.sleep(0.05)
+        assert subscription.image_count == 0  # no publication was left behind
+    finally:
+        subscription.close()

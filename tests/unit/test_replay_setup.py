@@ -94,7 +94,7 @@ def test_an_agent_awaiting_an_answer_idles_as_if_back_pressured(awaiting: bool) 
 def test_the_conductor_awaits_a_replays_ok_and_any_handed_back_task() -> None:
     import queue
 
-    conductor = SimpleNamespace(_tasks=queue.SimpleQueue(), _replays={})
+    conductor = SimpleNamespace(_tasks=queue.SimpleQueue(), _replays={}, _pending_replays={})
     awaiting = ArchiveConductor.is_awaiting
     assert not awaiting(conductor)  # type: ignore[arg-type]
     conductor._replays[1] = SimpleNamespace(ok_sent=False)
@@ -102,6 +102,9 @@ def test_the_conductor_awaits_a_replays_ok_and_any_handed_back_task() -> None:
     conductor._replays[1].ok_sent = True
     assert not awaiting(conductor)  # type: ignore[arg-type]
     conductor._tasks.put(lambda: None)  # the OK, enqueued just before `ok_sent` was read
+    assert awaiting(conductor)  # type: ignore[arg-type]
+    conductor._tasks.get()
+    conductor._pending_replays[1] = object()  # a replay's publication being added by the media driver
     assert awaiting(conductor)  # type: ignore[arg-type]
 
 
