@@ -104,6 +104,10 @@ class AeronArchive:
         self._closed = False
         # Reassembled messages not yet consumed by the current request (e.g. signals while listing).
         self._inbox: list[Any] = []
+        # Requests sent without waiting (`send_replay_request`): their correlation ids, and the answers that came.
+        # Every poll files such an answer here, whoever polls, so no other request's wait can drop it.
+        self._unanswered: set[int] = set()
+        self._answers: dict[int, Any] = {}
 
     # -- connect / close -----------------------------------------------------------------------------------
     @classmethod
@@ -267,6 +271,13 @@ class AeronArchive:
         for msg in self._inbox + received:
             if msg.template_id == t.RECORDING_SIGNAL_EVENT:
                 self._dispatch_signal(msg)
+            elif (
+                msg.template_id == t.CONTROL_RESPONSE
+                and msg.correlation_id in self._unanswered
+                and msg.control_session_id == self.control_session_id
+            ):
+                self._unanswered.discard(msg.correlation_id)
+                self._answers[msg.correlation_id] = msg
             elif msg.template_id != t.PING:
                 out.append(msg)
         self._inbox = []
@@ -428,13 +439,7 @@ class AeronArchive:
         """Returns the replaySessionId; its low 32 bits are the replay image's session id."""
         return self._request_ok(
             "ReplayRequest",
-            recording_id=recording_id,
-            position=position,
-            length=length,
-            replay_stream_id=replay_stream_id,
-            file_io_max_length=file_io_max_length,
-            replay_token=-1,
-            replay_channel=replay_channel,
+            **_replay_fields(recording_id, position, length, replay_channel, replay_stream_id, file_io_max_length),
         )
 
     def start_bounded_replay(
@@ -482,6 +487,64 @@ class AeronArchive:
         if session_id >= 1 << 31:
             session_id -= 1 << 32
         return self.aeron.add_subscription(add_session_id(replay_channel, session_id), replay_stream_id)
+
+    def send_replay_request(
+        self,
+        recording_id: int,
+        position: int,
+        length: int,
+        replay_channel: str,
+        replay_stream_id: int,
+        file_io_max_length: int = -1,
+    ) -> int:
+        """Send a ReplayRequest without waiting for its answer; returns its correlation id.
+
+        Lets a reader keep several replays in flight on one control session (a partition of many small
+        recordings asks for the next ones while it drains the first): the archive sets them up one after the
+        other while the answers travel. Collect each answer with `poll_replay_response`, or `forget` it.
+        """
+        with self._lock:
+            correlation_id = self._request(
+                "ReplayRequest",
+                **_replay_fields(recording_id, position, length, replay_channel, replay_stream_id, file_io_max_length),
+            )
+            self._unanswered.add(correlation_id)
+            return correlation_id
+
+    def poll_replay_response(self, correlation_id: int) -> int | None:
+        """The replaySessionId answered to `send_replay_request`'s `correlation_id`, or None if not yet here.
+
+        Polls the response stream once when the answer has not arrived (recording signals go to the consumer as
+        usual). An error answer raises `ArchiveError` with the archive's message; a request neither sent nor
+        still awaited raises `KeyError`.
+        """
+        with self._lock:
+            msg = self._answers.pop(correlation_id, None)
+            if msg is None:
+                if correlation_id not in self._unanswered:
+                    raise KeyError(f"no replay request {correlation_id} is awaited on this control session")
+                self._check_open()
+                for other in self._poll_messages():  # nobody else waits: synchronous requests hold the lock
+                    log.debug("control response not awaited by anyone: %s", other)
+                msg = self._answers.pop(correlation_id, None)
+                if msg is None:
+                    return None
+            if msg.code == ControlResponseCode.ERROR:
+                raise ArchiveError(msg.error_message, msg.relevant_id, correlation_id)
+            relevant_id: int = msg.relevant_id
+            return relevant_id
+
+    def forget(self, correlation_id: int) -> None:
+        """Stop awaiting the answer to a request sent with `send_replay_request` (dropped if it comes later)."""
+        with self._lock:
+            self._unanswered.discard(correlation_id)
+            self._answers.pop(correlation_id, None)
+
+    @property
+    def awaited_answers(self) -> int:
+        """How many requests sent without waiting are still unanswered or uncollected."""
+        with self._lock:
+            return len(self._unanswered) + len(self._answers)
 
     def stop_replay(self, replay_session_id: int) -> None:
         self._request_ok("StopReplayRequest", replay_session_id=replay_session_id)
@@ -681,6 +744,21 @@ class AeronArchive:
         if same_session_id:
             params["session-id"] = descriptor.session_id
         return str(ChannelUri.parse(channel).with_params(**{k.replace("-", "_"): v for k, v in params.items()}))
+
+
+def _replay_fields(
+    recording_id: int, position: int, length: int, replay_channel: str, replay_stream_id: int, file_io_max_length: int
+) -> dict[str, Any]:
+    """A ReplayRequest's fields (no replay token: this client never uses one)."""
+    return {
+        "recording_id": recording_id,
+        "position": position,
+        "length": length,
+        "replay_stream_id": replay_stream_id,
+        "file_io_max_length": file_io_max_length,
+        "replay_token": -1,
+        "replay_channel": replay_channel,
+    }
 
 
 def descriptor_from_message(msg: Any) -> RecordingDescriptor:

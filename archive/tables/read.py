@@ -88,31 +88,40 @@ def read_ranges(
 
     Batches smaller than `MIN_BATCH_BYTES` (a small recording's few rows) are merged across ranges before they
     are yielded: Spark's per-batch cost would otherwise dominate a partition of many small recordings. Rows keep
-    their order. One chunk source per location serves every range.
+    their order. One chunk source per location serves every range; through an archive, the small ranges' replays
+    are asked for ahead (`archive.tables.replay_read_ahead`).
     """
+    ranges = list(ranges)
     sources: dict[bool, ChunkSource] = {}
     held: list[pa.RecordBatch] = []
     held_bytes = 0
-    for read_range in ranges:
-        on_disk = read_range.archive_dir is not None
-        source = sources.get(on_disk)
-        if source is None:
-            source = sources[on_disk] = open_chunk_source(read_range)
-        for batch in read_batches(read_range, schema, decoder, source):
-            size = batch.get_total_buffer_size()  # `nbytes` walks the buffers' used ranges: slow
-            if size >= MIN_BATCH_BYTES:  # big enough alone: never copied into a merge
-                if held:
+    try:
+        for read_range in ranges:
+            on_disk = read_range.archive_dir is not None
+            source = sources.get(on_disk)
+            if source is None:
+                source = sources[on_disk] = open_chunk_source(read_range)
+                if isinstance(source, ReplayChunkSource) and len(ranges) > 1:
+                    source.read_ahead(ranges)
+            for batch in read_batches(read_range, schema, decoder, source):
+                size = batch.get_total_buffer_size()  # `nbytes` walks the buffers' used ranges: slow
+                if size >= MIN_BATCH_BYTES:  # big enough alone: never copied into a merge
+                    if held:
+                        yield _merge(held)
+                        held, held_bytes = [], 0
+                    yield batch
+                    continue
+                held.append(batch)
+                held_bytes += size
+                if held_bytes >= MIN_BATCH_BYTES:
                     yield _merge(held)
                     held, held_bytes = [], 0
-                yield batch
-                continue
-            held.append(batch)
-            held_bytes += size
-            if held_bytes >= MIN_BATCH_BYTES:
-                yield _merge(held)
-                held, held_bytes = [], 0
-    if held:
-        yield _merge(held)
+        if held:
+            yield _merge(held)
+    finally:
+        for source in sources.values():
+            if isinstance(source, ReplayChunkSource):
+                source.close()
 
 
 def _merge(batches: list[pa.RecordBatch]) -> pa.RecordBatch:

@@ -40,12 +40,12 @@ from __future__ import annotations
 import logging
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from aeron_archive_spark.archive.channel import ChannelUri, add_session_id
+from aeron_archive_spark.archive.channel import add_session_id
 from aeron_archive_spark.archive.client.pool import (
     ArchiveConnectError,
     ArchiveLease,
@@ -67,6 +67,11 @@ from aeron_archive_spark.archive.storage.frames import (
     to_int32,
 )
 from aeron_archive_spark.archive.tables.chunks import CHUNK_LENGTH
+from aeron_archive_spark.archive.tables.replay_read_ahead import (
+    ReplayReadAhead,
+    first_replay_limit,
+    has_wildcard_port,
+)
 
 if TYPE_CHECKING:
     from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
@@ -76,9 +81,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Replayed beyond the partition end up front, so a modest fragmented message ending past `end` needs no second
-# replay; small next to a partition, and never past `limit`.
-SLACK = 64 * 1024
 # First continuation replay length (doubles each time), for messages fragmented far past the partition end.
 CONTINUATION_LENGTH = 1024 * 1024
 # How often the control session is polled while fetching: replay errors arrive there, and polling keeps the
@@ -115,6 +117,22 @@ class ReplayChunkSource:
         self._chunk_length = chunk_length
         self._stall_timeout_s = stall_timeout_s
         self._pool = pool
+        self._ahead: ReplayReadAhead | None = None
+
+    def read_ahead(self, ranges: Sequence[ReadRange]) -> None:
+        """The ranges about to be read, in order: the small ones get their replays asked for ahead (see
+        `archive.tables.replay_read_ahead`). Call `close` when done; ranges read in another order, or not at
+        all, are simply read one replay at a time (their replays asked for ahead are stopped)."""
+        self.close()
+        ahead = ReplayReadAhead(ranges, self._pool if self._pool is not None else connection_pool())
+        if len(ahead) > 1:
+            self._ahead = ahead
+
+    def close(self, failed: bool = False) -> None:
+        """End the read-ahead, if any: stop its replays still in flight, close its subscription and session."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.close(failed)
 
     def iter_chunks(self, partition: ReadRange) -> Iterator[tuple[memoryview, int]]:
         for chunk, position, _ in self.iter_scanned_chunks(partition):
@@ -132,7 +150,8 @@ class ReplayChunkSource:
         if partition.start >= partition.limit:
             return
         pool = self._pool if self._pool is not None else connection_pool()
-        fetch = _ReplayFetch(partition, connection, self._chunk_length, self._stall_timeout_s, pool)
+        ahead = self._ahead if self._ahead is not None and self._ahead.holds(partition) else None
+        fetch = _ReplayFetch(partition, connection, self._chunk_length, self._stall_timeout_s, pool, ahead)
         failed = True
         try:
             yield from fetch.chunks()
@@ -142,6 +161,8 @@ class ReplayChunkSource:
             raise
         finally:
             fetch.close(failed)
+            if failed and ahead is not None:
+                self.close(failed=True)  # its session's state is unknown now: the read-ahead ends with it
 
 
 class _ReplayFetch:
@@ -154,7 +175,11 @@ class _ReplayFetch:
         chunk_length: int,
         stall_timeout_s: float | None,
         pool: ConnectionPool,
+        ahead: ReplayReadAhead | None = None,
     ) -> None:
+        """`ahead`: the read-ahead holding this range; its session and subscription are used (not owned)."""
+        self.partition = partition
+        self.ahead = ahead
         self.recording_id = partition.recording_id
         self.session_id = partition.recording.session_id
         self.recording_stream_id = partition.recording.stream_id
@@ -165,8 +190,7 @@ class _ReplayFetch:
         self.timeout_s = stall_timeout_s if stall_timeout_s is not None else connection.message_timeout_ms / 1000.0
         self.channel = localize_channel(connection.replay_channel, connection.control_channel)
         self.stream_id = connection.replay_stream_id
-        uri = ChannelUri.parse(self.channel)
-        self.wildcard_port = uri.is_udp and (uri.get("endpoint") or "").endswith(":0")
+        self.wildcard_port = has_wildcard_port(self.channel)
         self.chunk_length = chunk_length
         self.pool = pool
         self.lease: ArchiveLease | None = None
@@ -176,6 +200,7 @@ class _ReplayFetch:
         self.request_channel = self.channel
         self.replay_session_id: int | None = None
         self.replay_active = False
+        self.ahead_taken = False  # the read-ahead's replay is the first one only
         self.position = self.start  # next byte expected
         self._next_control_poll = 0.0
 
@@ -194,7 +219,19 @@ class _ReplayFetch:
     # ---- lifecycle --------------------------------------------------------------------------------------------
 
     def connect(self) -> None:
-        """Lease a control session (the pool localizes a `0.0.0.0` response endpoint), then bind the replay port."""
+        """Lease a control session (the pool localizes a `0.0.0.0` response endpoint), then bind the replay port;
+        or, for a range read ahead, use the read-ahead's session and subscription."""
+        if self.ahead is not None:
+            try:
+                self.ahead.open(self.timeout_s)
+            except Exception as ex:
+                reason = ex.reason if isinstance(ex, ArchiveConnectError) else ex
+                raise ReplayFetchError(f"cannot reach the archive to replay {self.where()}: {reason}") from ex
+            self.archive, self.subscription = self.ahead.archive, self.ahead.subscription
+            assert self.archive is not None
+            self.client = self.archive.aeron
+            self.request_channel = self.ahead.request_channel
+            return
         self.lease = self.pool.archive(self.connection, purpose="replay")
         try:
             self.archive = self.lease.acquire()
@@ -225,10 +262,14 @@ class _ReplayFetch:
     def start_replay(self, position: int, length: int) -> Image:
         """Start a replay of `[position, position + length)` and return its image once connected."""
         assert self.archive is not None
+        ahead, self.ahead_taken = self.ahead if not self.ahead_taken else None, True
         try:
-            self.replay_session_id = self.archive.start_replay(
-                self.recording_id, position, length, self.request_channel, self.stream_id
-            )
+            taken = ahead.take(self.partition, position, length, self.timeout_s) if ahead is not None else None
+            if taken is None:
+                taken = self.archive.start_replay(
+                    self.recording_id, position, length, self.request_channel, self.stream_id
+                )
+            self.replay_session_id = taken
         except ArchiveError as ex:
             raise ReplayFetchError(
                 f"the archive refused to replay {length} bytes of {self.where(position)}: {ex}"
@@ -301,10 +342,14 @@ class _ReplayFetch:
                 self.replay_active = False
         finally:
             if self.subscription is not None:
-                self.subscription.close()
+                # A read-ahead's shared subscription serves its other ranges: it closes it itself.
+                if self.ahead is None or self.subscription is not self.ahead.subscription:
+                    self.subscription.close()
                 self.subscription = None
             if lease is not None:
                 lease.release(evict=evict)
+            elif evict and self.ahead is not None:
+                self.ahead.mark_failed()
 
     # ---- fetching ---------------------------------------------------------------------------------------------
 
@@ -317,7 +362,7 @@ class _ReplayFetch:
         view = memoryview(buffer)
         fill = 0
         chunk_position = self.position
-        segment_limit = min(self.limit, max(self.end, self.start + 32) + SLACK)
+        segment_limit = first_replay_limit(self.partition)
         continuation = CONTINUATION_LENGTH
         # Caught up with the replay, a chunk is handed over once it holds this much (or the replay is done or
         # paused): the decoder's and Spark's costs per batch stay small next to its rows, no small batch is merged.

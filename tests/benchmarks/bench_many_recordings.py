@@ -90,6 +90,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--paths", default="archiveDir,replay",
                         help="comma-separated read paths to time: archiveDir, replay (default: both)")
+    parser.add_argument("--replay-channel", default=None,
+                        help="replayChannel of the replay path (default: the connector's, aeron:udp?endpoint=localhost:0)")
     parser.add_argument("--open-cost", default=None,
                         help="openCostInBytes for the read of the N small recordings (default: the path's default)")
     args = parser.parse_args()
@@ -125,8 +127,9 @@ def main() -> None:
               f"in {time.perf_counter() - started:.1f}s")
         disk = {"archiveDir": h.ctx.archive_dir}
         remote = {"aeronDir": h.aeron_dir, "controlChannel": h.ctx.local_control_channel,
-                  "controlStreamId": str(h.ctx.local_control_stream_id), "controlResponseChannel": "aeron:ipc",
-                  "replayChannel": "aeron:ipc"}
+                  "controlStreamId": str(h.ctx.local_control_stream_id), "controlResponseChannel": "aeron:ipc"}
+        if args.replay_channel:
+            remote["replayChannel"] = args.replay_channel
         many = {"channel": channel, "streamId": str(MANY_STREAM)}
         if args.open_cost is not None:
             many["openCostInBytes"] = args.open_cost

@@ -15,8 +15,8 @@ the phases of each are timed:
 - `total`: request sent -> replay done and closed.
 
 Baseline, same run: replaying the one big recording (the same bytes, one set-up), timed the same way. Then
-`--ranges` ranges are read through `archive.tables.read.read_ranges` (the Spark executors' code path) against one
-range of the big recording. Printed: medians, and the ratio N small / one. Rounds alternate small and big.
+`--ranges` ranges are read through `archive.tables.read.read_ranges` (the Spark executors' code path, on
+`--replay-channel`, by default the connector's) against one range of the big recording. Printed: medians, and the ratio N small / one. Rounds alternate small and big.
 
 Run: `python -m tests.benchmarks.bench_replay_setup [--recordings 200] [--rounds 3]`. Never timed assertions.
 `BENCH_REPLAY_TRACE=1` also prints a timeline of the hops inside the archive (conductor, replayer, OK sent).
@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aeron_archive_spark.archive.channel import add_session_id
-from aeron_archive_spark.archive.client.connection import ConnectionOptions
+from aeron_archive_spark.archive.client.connection import REPLAY_CHANNEL_DEFAULT, ConnectionOptions
 from aeron_archive_spark.archive.native import AeronClient, EmbeddedMediaDriver
 from aeron_archive_spark.archive.server.conductor import ArchiveConductor
 from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts
@@ -211,6 +211,11 @@ def main() -> None:
     parser.add_argument("--payload", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--ranges", type=int, default=100, help="ranges read through read_ranges (0: skip)")
+    parser.add_argument(
+        "--replay-channel",
+        default=REPLAY_CHANNEL_DEFAULT,
+        help="replay channel of the read_ranges reads (default: the connector's; aeron:ipc reads one at a time)",
+    )
     parser.add_argument("--driver-dir", default=None, help="driver directory parent (default: /dev/shm if roomy)")
     args = parser.parse_args()
 
@@ -260,7 +265,7 @@ def main() -> None:
                 control_channel=h.ctx.local_control_channel,
                 control_stream_id=h.ctx.local_control_stream_id,
                 control_response_channel="aeron:ipc",
-                replay_channel="aeron:ipc",
+                replay_channel=args.replay_channel,
                 replay_stream_id=REPLAY_STREAM + 1,
             )
             some = [whole_range(i, d, conn) for i, d in enumerate(descriptors[: args.ranges])]

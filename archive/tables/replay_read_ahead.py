@@ -1,0 +1,287 @@
+"""Read-ahead for small ranges read through an archive: their replays asked for before they are consumed.
+
+A partition of many small recordings (packed by `archive.tables.planning.pack_ranges`) read one replay after the
+other pays each replay's set-up in full, one round trip after another: a control session leased, a subscription
+added and its port resolved, the request and its answer, the image, the close; about 2 ms per range, almost all
+of it waiting. `ReplayReadAhead` keeps several replays in flight instead. It leases one control session and binds
+one replay subscription for all of a partition's small ranges, sends the next ranges' replay requests without
+waiting for their answers (`AeronArchive.send_replay_request`), and hands each range, when its turn comes, the
+replay that is by then set up and usually already sent. The archive serves the requests in order on that session;
+the ranges are still decoded strictly in order, each from its own image.
+
+Which ranges: those whose first replay (`first_replay_limit`) is at most `READ_AHEAD_MAX_BYTES`. On a replay
+channel with a wildcard UDP port (`endpoint=host:0`, the default `aeron:udp?endpoint=localhost:0`, and the
+cluster's `0.0.0.0:0`) one subscription serves them all: the port is this reader's alone, so every image there
+is one of its replays, told apart by session id. On IPC or a fixed port, a subscription without a session filter
+would also join other readers' replays and hold them back, so each range still adds its own, filtered by its
+replay's session id, once its turn comes; the replay waits for it (as for any client that subscribes after the
+OK, within the archive's connect timeout).
+
+How much is in flight: at most `READ_AHEAD_REPLAYS` replays, and at most `READ_AHEAD_LOG_BYTES` of log buffers
+(three terms of the recording's term length, on each side of the hop): recordings with large terms get fewer
+replays ahead, never fewer than one.
+
+Failure: an error answer to a request sent ahead is not reported here; the range then asks again the usual way,
+which fails with the full description if the archive still refuses. If the archive's concurrent replay limit
+refused it, the replays asked for ahead of it are stopped and asked for again later, one at a time from then on:
+the read backs off to what it did before rather than failing over its own read-ahead. `close` stops every replay
+still in flight (waiting up to the message timeout for the answers still to come), closes the subscription and
+ends the lease; after a failure the control session is closed rather than returned to the pool.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from aeron_archive_spark.archive.channel import ChannelUri
+from aeron_archive_spark.archive.client.pool import ArchiveLease, ConnectionPool, localize_channel
+from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
+
+if TYPE_CHECKING:
+    from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
+    from aeron_archive_spark.archive.client.connection import ConnectionOptions
+    from aeron_archive_spark.archive.native import Subscription
+    from aeron_archive_spark.archive.tables.ranges import ReadRange
+
+log = logging.getLogger(__name__)
+
+# Replayed beyond the partition end up front, so a modest fragmented message ending past `end` needs no second
+# replay; small next to a partition, and never past `limit`.
+SLACK = 64 * 1024
+# At most this many replays asked for ahead of the one being read.
+READ_AHEAD_REPLAYS = 8
+# A range is read ahead only if its first replay is at most this long: small ranges, whose set-up outweighs them.
+READ_AHEAD_MAX_BYTES = 1024 * 1024
+# At most this much log buffer (3 terms per replay, counted once) in flight for replays asked for ahead.
+READ_AHEAD_LOG_BYTES = 64 * 1024 * 1024
+# Waiting for an answer: sleep between polls once the first few found nothing.
+ANSWER_WAIT_YIELDS = 3
+ANSWER_WAIT_SLEEP_S = 0.0001
+
+
+def first_replay_limit(partition: ReadRange) -> int:
+    """Where a range's first replay ends: `SLACK` past its end (at least one frame past its start), capped at its
+    limit. Both the read-ahead and the reader itself ask for exactly this."""
+    return min(partition.limit, max(partition.end, partition.start + 32) + SLACK)
+
+
+def has_wildcard_port(channel: str) -> bool:
+    uri = ChannelUri.parse(channel)
+    return uri.is_udp and (uri.get("endpoint") or "").endswith(":0")
+
+
+@dataclass
+class _Requested:
+    """A replay asked for ahead: its range, its length, the request's correlation id and, once answered, the
+    replaySessionId (None while unanswered, -1 if refused; `refused_for_limit`: by the concurrent replay limit)."""
+
+    range: ReadRange
+    length: int
+    correlation_id: int
+    replay_session_id: int | None = None
+    refused_for_limit: bool = False
+
+
+class ReplayReadAhead:
+    """Replays of a partition's small ranges, asked for ahead (see the module docstring). One reader thread."""
+
+    def __init__(
+        self,
+        ranges: Sequence[ReadRange],
+        pool: ConnectionPool,
+        max_replays: int = READ_AHEAD_REPLAYS,
+        max_log_bytes: int = READ_AHEAD_LOG_BYTES,
+    ) -> None:
+        """`ranges`: the partition's ranges in reading order; those not read ahead are left to the caller."""
+        self._pending: deque[ReadRange] = deque(r for r in ranges if self.covers(r))
+        first = self._pending[0].connection if self._pending else None
+        self._pending = deque(r for r in self._pending if r.connection == first)
+        self.connection: ConnectionOptions | None = first
+        self._pool = pool
+        self._max_replays = max(1, max_replays)
+        self._max_log_bytes = max_log_bytes
+        self._in_flight: deque[_Requested] = deque()
+        self._lease: ArchiveLease | None = None
+        self.archive: AeronArchive | None = None
+        self.subscription: Subscription | None = None
+        self.channel = ""
+        self.request_channel = ""
+        self.stream_id = 0
+        self._failed = False
+
+    @staticmethod
+    def covers(partition: ReadRange) -> bool:
+        """Whether this range is one to read ahead: read through an archive, and small."""
+        connection = partition.connection
+        if connection is None or partition.start >= partition.limit:
+            return False
+        return first_replay_limit(partition) - partition.start <= READ_AHEAD_MAX_BYTES
+
+    def __len__(self) -> int:
+        """Ranges still to be handed out: asked for, or not yet."""
+        return len(self._pending) + len(self._in_flight)
+
+    def holds(self, partition: ReadRange) -> bool:
+        return any(r is partition for r in self._pending) or any(q.range is partition for q in self._in_flight)
+
+    # ---- connection -------------------------------------------------------------------------------------------
+
+    def open(self, resolve_timeout_s: float) -> None:
+        """Lease the control session and bind the replay port (once). Raises what leasing or binding raises;
+        `ArchiveConnectError` when the archive cannot be reached, `TimeoutError` when the port is not bound."""
+        if self.archive is not None:
+            return
+        assert self.connection is not None, "nothing to read ahead"
+        connection = self.connection
+        self._lease = self._pool.archive(connection, purpose="replay")
+        self.archive = self._lease.acquire()
+        self.channel = localize_channel(connection.replay_channel, connection.control_channel)
+        self.stream_id = connection.replay_stream_id
+        self.request_channel = self.channel
+        if not has_wildcard_port(self.channel):
+            return  # each range subscribes to its own replay (see the module docstring)
+        self.subscription = self.archive.aeron.add_subscription(self.channel, self.stream_id)
+        resolved = self.subscription.try_resolve_channel_endpoint_port(timeout_s=resolve_timeout_s)
+        if resolved is None:
+            raise TimeoutError(f"the port of replay channel {self.channel} was not bound within {resolve_timeout_s}s")
+        self.request_channel = resolved
+
+    # ---- handing out -----------------------------------------------------------------------------------------
+
+    def take(self, partition: ReadRange, position: int, length: int, timeout_s: float) -> int | None:
+        """The replaySessionId of `partition`'s replay of `[position, position + length)`, asked for ahead, or None
+        if it was not (the caller then asks itself). Ranges before it that were never taken are given up (their
+        replays stopped). Asks for the next ranges before it returns, so they are set up while this one is read.
+        """
+        if not self.holds(partition):
+            return None
+        while self._in_flight and self._in_flight[0].range is not partition:
+            self._give_up(self._in_flight.popleft())
+        while self._pending and not self._in_flight:
+            head = self._pending[0]
+            if head is partition:
+                break
+            self._pending.popleft()
+        if not self._in_flight:
+            self._request_more(partition)
+        requested = self._in_flight.popleft()
+        self._request_more(None)
+        if requested.range is not partition or position != partition.start or length != requested.length:
+            self._give_up(requested)
+            return None
+        replay_session_id = self._await_answer(requested, timeout_s)
+        if replay_session_id is None or replay_session_id < 0:
+            if requested.refused_for_limit:
+                self._read_one_at_a_time()
+            return None
+        return replay_session_id
+
+    def _read_one_at_a_time(self) -> None:
+        """The archive's concurrent replay limit was reached: stop what was asked for ahead and put those ranges
+        back, to be asked for one at a time, each when its turn comes."""
+        self._max_replays = 1
+        back = []
+        while self._in_flight:
+            requested = self._in_flight.pop()
+            self._give_up(requested)
+            back.append(requested.range)
+        self._pending.extendleft(back)  # popped last first, so this restores the order
+        log.info("the archive's concurrent replay limit was reached: reading the rest one replay at a time")
+
+    def _request_more(self, must: ReadRange | None) -> None:
+        """Ask for replays of the next ranges while the window and the log budget allow (`must`: at least that
+        one, whatever the budget)."""
+        assert self.archive is not None
+        log_bytes = sum(3 * q.range.recording.term_length for q in self._in_flight)
+        while self._pending and len(self._in_flight) < self._max_replays:
+            candidate = self._pending[0]
+            cost = 3 * candidate.recording.term_length
+            if candidate is not must and self._in_flight and log_bytes + cost > self._max_log_bytes:
+                return
+            self._pending.popleft()
+            length = first_replay_limit(candidate) - candidate.start
+            correlation_id = self.archive.send_replay_request(
+                candidate.recording_id, candidate.start, length, self.request_channel, self.stream_id
+            )
+            self._in_flight.append(_Requested(candidate, length, correlation_id))
+            log_bytes += cost
+            if candidate is must:
+                must = None
+
+    def _await_answer(self, requested: _Requested, timeout_s: float) -> int | None:
+        """The replaySessionId answered for `requested`; -1 if the archive refused it (logged), None if no answer
+        came in time (the caller then asks itself, and fails with the full description if the archive is gone)."""
+        if requested.replay_session_id is not None:
+            return requested.replay_session_id
+        assert self.archive is not None
+        deadline = time.monotonic() + timeout_s
+        polls = 0
+        while True:
+            try:
+                answer = self.archive.poll_replay_response(requested.correlation_id)
+            except ArchiveError as ex:
+                requested.refused_for_limit = ex.error_code == ErrorCode.MAX_REPLAYS
+                log.debug(
+                    "replay of recording %d asked for ahead was refused (%s); asking again",
+                    requested.range.recording_id,
+                    ex,
+                )
+                requested.replay_session_id = -1
+                return -1
+            if answer is not None:
+                requested.replay_session_id = answer
+                return answer
+            if time.monotonic() > deadline:
+                self.archive.forget(requested.correlation_id)
+                self._failed = True  # an answer may still come and start a replay nobody reads: end the session
+                return None
+            polls += 1
+            time.sleep(0 if polls <= ANSWER_WAIT_YIELDS else ANSWER_WAIT_SLEEP_S)
+
+    def _give_up(self, requested: _Requested) -> None:
+        """Stop a replay asked for ahead that will not be read (its answer awaited first, to know its id)."""
+        if self.archive is None:
+            return
+        timeout_s = self.connection.message_timeout_ms / 1000.0 if self.connection is not None else 5.0
+        replay_session_id = self._await_answer(requested, timeout_s)
+        if replay_session_id is None or replay_session_id < 0:
+            return
+        try:
+            self.archive.stop_replay(replay_session_id)
+        except Exception as ex:
+            self._failed = True
+            log.warning(
+                "could not stop replay %d of recording %d: %s", replay_session_id, requested.range.recording_id, ex
+            )
+
+    def mark_failed(self) -> None:
+        """The shared control session's state is unknown (a replay could not be stopped): close it at the end."""
+        self._failed = True
+
+    # ---- close ------------------------------------------------------------------------------------------------
+
+    def close(self, failed: bool = False) -> None:
+        """Stop the replays still in flight, close the subscription, end the lease (closing the control session
+        after a failure, or if a replay could not be stopped)."""
+        self._pending.clear()
+        try:
+            if not failed:
+                while self._in_flight:
+                    self._give_up(self._in_flight.popleft())
+        finally:
+            if failed and self.archive is not None:
+                for requested in self._in_flight:
+                    self.archive.forget(requested.correlation_id)
+            self._in_flight.clear()
+            subscription, self.subscription = self.subscription, None
+            lease, self._lease = self._lease, None
+            self.archive = None
+            if subscription is not None:
+                subscription.close()
+            if lease is not None:
+                lease.release(evict=failed or self._failed)

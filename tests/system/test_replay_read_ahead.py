@@ -1,0 +1,203 @@
+"""Small ranges read through a real archive with their replays asked for ahead (`ReplayReadAhead`), and the
+archive's side of it: replay requests answered out of line while their publications are added."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+from system.harness import Harness, payloads_of, wait_for
+from system.test_replay_fetch import connection, partition, record_stopped
+
+from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
+from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
+from aeron_archive_spark.archive.tables.read import read_ranges
+from aeron_archive_spark.archive.tables.replay_chunks import ReplayChunkSource
+from aeron_archive_spark.archive.tables.schema import row_schema
+
+CHANNELS = ["aeron:ipc", "aeron:udp?endpoint=localhost:0"]
+
+
+@pytest.fixture
+def harness(aeron_dir, tmp_path):
+    h = Harness(aeron_dir, str(tmp_path / "archive"))
+    yield h
+    h.close()
+
+
+def small_recordings(h: Harness, count: int, stream_id: int) -> list[tuple[object, list[bytes]]]:
+    """`count` stopped recordings of three messages each (sizes vary), with their payloads; each on its own stream
+    (from `stream_id` on), so no recording catches the lingering image of the one before."""
+    out = []
+    for i in range(count):
+        payloads = payloads_of([40 + i, 200, 1 + 3 * i], seed=i)
+        d, _ = record_stopped(h, payloads, stream_id + 100 * i)
+        out.append((d, payloads))
+    return out
+
+
+def whole_ranges(recordings, conn) -> list:
+    return [partition(d, d.start_position, d.stop_position, d.stop_position, conn, index=i)
+            for i, (d, _) in enumerate(recordings)]
+
+
+def rows_of(ranges) -> list[tuple[int, bytes]]:
+    rows = []
+    for batch in read_ranges(ranges, row_schema(None), None):
+        table = batch.to_pydict()
+        rows += list(zip(table["recordingId"], table["value"], strict=True))
+    return rows
+
+
+def expected_rows(recordings) -> list[tuple[int, bytes]]:
+    return [(d.recording_id, p) for d, payloads in recordings for p in payloads]
+
+
+def no_replays_left(h: Harness) -> bool:
+    conductor = h.archive.conductor
+    return not conductor._replays and not conductor._pending_replays
+
+
+@pytest.fixture
+def requests_sent_ahead(monkeypatch) -> list[int]:
+    """Counts the replay requests sent without waiting."""
+    sent: list[int] = []
+    original = AeronArchive.send_replay_request
+
+    def counting(self, *args, **kwargs):
+        correlation_id = original(self, *args, **kwargs)
+        sent.append(correlation_id)
+        return correlation_id
+
+    monkeypatch.setattr(AeronArchive, "send_replay_request", counting)
+    return sent
+
+
+@pytest.mark.parametrize("replay_channel", CHANNELS)
+def test_small_ranges_read_ahead_give_exactly_the_recorded_rows_in_order(harness, replay_channel,
+                                                                         requests_sent_ahead):
+    recordings = small_recordings(harness, 14, 3301)
+    ranges = whole_ranges(recordings, connection(harness, replay_channel))
+    assert rows_of(ranges) == expected_rows(recordings)
+    assert len(requests_sent_ahead) == len(ranges)  # every range's replay was asked for ahead
+    wait_for(lambda: no_replays_left(harness), timeout=10, what="no replay left on the archive")
+    # Read again on the session the pool got back: same rows.
+    assert rows_of(ranges) == expected_rows(recordings)
+
+
+@pytest.mark.parametrize("replay_channel", CHANNELS)
+def test_ranges_left_unread_have_their_replays_stopped(harness, replay_channel):
+    recordings = small_recordings(harness, 10, 3302)
+    ranges = whole_ranges(recordings, connection(harness, replay_channel))
+    source = ReplayChunkSource()
+    source.read_ahead(ranges)
+    try:
+        got = b"".join(bytes(chunk) for chunk, _ in source.iter_chunks(ranges[0]))
+        assert len(got) == ranges[0].limit - ranges[0].start
+        # Skip two ranges: their replays, asked for ahead, are given up; the next range still reads whole.
+        got = b"".join(bytes(chunk) for chunk, _ in source.iter_chunks(ranges[3]))
+        assert len(got) == ranges[3].limit - ranges[3].start
+    finally:
+        started = time.monotonic()
+        source.close()
+    # Stopped by the reader, not left to the archive's connect timeout (5 s) for want of a subscriber.
+    wait_for(lambda: no_replays_left(harness), timeout=10, what="no replay left on the archive")
+    assert time.monotonic() - started < 4
+
+
+def test_the_concurrent_replay_limit_makes_the_read_go_one_replay_at_a_time(aeron_dir, tmp_path, caplog):
+    h = Harness(aeron_dir, str(tmp_path / "archive"), max_concurrent_replays=2)
+    try:
+        recordings = small_recordings(h, 9, 3303)
+        ranges = whole_ranges(recordings, connection(h, "aeron:udp?endpoint=localhost:0"))
+        with caplog.at_level(logging.INFO, logger="aeron_archive_spark.archive.tables.replay_read_ahead"):
+            assert rows_of(ranges) == expected_rows(recordings)
+        assert "concurrent replay limit was reached" in caplog.text
+        wait_for(lambda: no_replays_left(h), timeout=10, what="no replay left on the archive")
+    finally:
+        h.close()
+
+
+def test_a_purged_recording_among_small_ranges_fails_naming_it_and_leaves_no_replay(harness):
+    recordings = small_recordings(harness, 6, 3304)
+    ranges = whole_ranges(recordings, connection(harness, "aeron:udp?endpoint=localhost:0"))
+    victim = recordings[4][0]
+    harness.client.purge_recording(victim.recording_id)
+    with pytest.raises(Exception, match=f"recording {victim.recording_id}"):
+        rows_of(ranges)
+    wait_for(lambda: no_replays_left(harness), timeout=10, what="no replay left on the archive")
+
+
+def test_replay_requests_sent_ahead_are_each_answered_on_one_control_session(harness):
+    """The archive answers requests in flight together, each with its own replay (publications added without
+    blocking the conductor), and a refusal answers only its own request."""
+    recordings = small_recordings(harness, 5, 3305)
+    client = harness.client
+    channel, stream_id = "aeron:ipc", 7702
+    sent = [client.send_replay_request(d.recording_id, d.start_position, d.stop_position - d.start_position,
+                                       channel, stream_id) for d, _ in recordings]
+    bad = client.send_replay_request(10_000, 0, 64, channel, stream_id)
+    answers: dict[int, int] = {}
+    refusal: ArchiveError | None = None
+    deadline = time.monotonic() + 10
+    while (len(answers) < len(sent) or refusal is None) and time.monotonic() < deadline:
+        for correlation_id in sent:
+            if correlation_id not in answers:
+                answer = client.poll_replay_response(correlation_id)
+                if answer is not None:
+                    answers[correlation_id] = answer
+        if refusal is None:
+            try:
+                client.poll_replay_response(bad)
+            except ArchiveError as ex:
+                refusal = ex
+        time.sleep(0.001)
+    assert len(answers) == len(sent)
+    assert len(set(answers.values())) == len(sent)
+    assert refusal is not None and refusal.error_code == ErrorCode.UNKNOWN_RECORDING
+    assert client.awaited_answers == 0
+    with pytest.raises(KeyError):
+        client.poll_replay_response(bad)
+    # Each replay delivers its recording to a subscriber of its session.
+    for (d, payloads), correlation_id in zip(recordings, sent, strict=True):
+        session_id = answers[correlation_id] & 0xFFFFFFFF
+        session_id -= (1 << 32) if session_id >= 1 << 31 else 0
+        subscription = client.aeron.add_subscription(f"aeron:ipc?session-id={session_id}", stream_id)
+        got: list[bytes] = []
+        try:
+            wanted = len(payloads)
+            wait_for(lambda s=subscription, g=got, n=wanted: _poll_into(s, g) >= n,
+                     timeout=10, what=f"replay of recording {d.recording_id}")
+        finally:
+            subscription.close()
+        assert got == payloads
+    wait_for(lambda: no_replays_left(harness), timeout=10, what="no replay left on the archive")
+
+
+def _poll_into(subscription, got: list[bytes]) -> int:
+    subscription.poll(lambda data, _header: got.append(bytes(data)), 10)
+    return len(got)
+
+
+def test_stop_all_replays_also_answers_replays_still_being_set_up(harness):
+    recordings = small_recordings(harness, 3, 3306)
+    client = harness.client
+    sent = [client.send_replay_request(d.recording_id, d.start_position, d.stop_position - d.start_position,
+                                       "aeron:ipc", 7703) for d, _ in recordings]
+    client.stop_all_replays()
+    # Every request is answered, OK (set up before the stop, then stopped) or refused (stopped while set up).
+    deadline = time.monotonic() + 10
+    pending = set(sent)
+    while pending and time.monotonic() < deadline:
+        for correlation_id in list(pending):
+            try:
+                if client.poll_replay_response(correlation_id) is not None:
+                    pending.discard(correlation_id)
+            except ArchiveError as ex:
+                assert "stop all replays" in str(ex)
+                pending.discard(correlation_id)
+        time.sleep(0.001)
+    assert not pending
+    wait_for(lambda: no_replays_left(harness), timeout=10, what="no replay left on the archive")
+
