@@ -56,6 +56,8 @@ log = logging.getLogger(__name__)
 FRAGMENT_LIMIT = 10
 # Waiting for a control response: empty polls that only yield the CPU before the 0.1 ms sleeps begin.
 RESPONSE_WAIT_YIELDS = 10
+# Requests sent without waiting whose later responses are kept apart (`heed`): the most recent this many.
+MAX_UNHEEDED = 4096
 CLIENT_VERSION_TEXT = "0.1.0"
 
 
@@ -108,6 +110,9 @@ class AeronArchive:
         # Every poll files such an answer here, whoever polls, so no other request's wait can drop it.
         self._unanswered: set[int] = set()
         self._answers: dict[int, Any] = {}
+        # Their later responses (a replay failing after its OK) while nobody reads that replay: kept apart, so that
+        # a poll made for another request does not raise them (`heed` ends this for a replay being read).
+        self._unheeded: dict[int, Any | None] = {}
 
     # -- connect / close -----------------------------------------------------------------------------------
     @classmethod
@@ -278,6 +283,14 @@ class AeronArchive:
             ):
                 self._unanswered.discard(msg.correlation_id)
                 self._answers[msg.correlation_id] = msg
+            elif (
+                msg.template_id == t.CONTROL_RESPONSE
+                and msg.correlation_id in self._unheeded
+                and msg.control_session_id == self.control_session_id
+            ):
+                log.debug("response to a replay nobody reads yet: %s", msg)
+                if self._unheeded[msg.correlation_id] is None:
+                    self._unheeded[msg.correlation_id] = msg
             elif msg.template_id != t.PING:
                 out.append(msg)
         self._inbox = []
@@ -509,6 +522,9 @@ class AeronArchive:
                 **_replay_fields(recording_id, position, length, replay_channel, replay_stream_id, file_io_max_length),
             )
             self._unanswered.add(correlation_id)
+            self._unheeded[correlation_id] = None
+            while len(self._unheeded) > MAX_UNHEEDED:
+                del self._unheeded[next(iter(self._unheeded))]  # the oldest: long settled
             return correlation_id
 
     def poll_replay_response(self, correlation_id: int) -> int | None:
@@ -533,6 +549,14 @@ class AeronArchive:
                 raise ArchiveError(msg.error_message, msg.relevant_id, correlation_id)
             relevant_id: int = msg.relevant_id
             return relevant_id
+
+    def heed(self, correlation_id: int) -> str | None:
+        """From now on, responses to this request sent with `send_replay_request` are handled as any other (an
+        error raises from the next poll); returns the error message of a response that came while it was unheeded
+        (the replay failed before anyone read it), or None."""
+        with self._lock:
+            late = self._unheeded.pop(correlation_id, None)
+            return None if late is None else str(late.error_message or f"response code {late.code}")
 
     def forget(self, correlation_id: int) -> None:
         """Stop awaiting the answer to a request sent with `send_replay_request` (dropped if it comes later)."""

@@ -18,7 +18,7 @@ from ..constants import (
     COUNTER_RECORD_UNUSED,
 )
 from .callbacks import BlockHandler, ControlledAction, FragmentHandler, HeaderValues
-from .client import AeronClient, PendingExclusivePublication
+from .client import AeronClient, PendingExclusivePublication, PendingSubscription
 from .counters import Counter, CounterInfo, CountersReader
 from .driver import EmbeddedMediaDriver, default_driver_parent
 from .ffi import (
@@ -64,6 +64,7 @@ __all__ = [
     "ImageHandler",
     "NativeAeronError",
     "PendingExclusivePublication",
+    "PendingSubscription",
     "Publication",
     "Subscription",
     "TermAppender",

@@ -1,7 +1,10 @@
 """`AeronClient`: one Aeron C client (aeron_t) connected to a media driver, and the synchronous adds made through it.
 
-The C API adds asynchronously (start, then poll until the driver answers); every add here waits for the answer,
-bounded by the driver timeout, so callers get a ready object or a NativeAeronError naming what was being added.
+The C API adds asynchronously (start, then poll until the driver answers); the `add_*` methods here wait for the
+answer, bounded by the driver timeout, so callers get a ready object or a NativeAeronError naming what was being
+added. `async_add_exclusive_publication` and `async_add_subscription` hand back the add in flight instead
+(`PendingExclusivePublication`, `PendingSubscription`), for callers that must not wait: the archive's conductor,
+a reader with several replays in flight.
 The client owns everything added through it: closing it (explicitly, at garbage collection or at interpreter
 exit) closes them all first. This module imports the wrapper modules; none of them imports it back, they only
 know the client's handle (`handles.ClientNative`).
@@ -214,48 +217,33 @@ class AeronClient(NativeWrapper[ClientNative]):
         The image callbacks run on the C client's conductor thread: keep them short (queue the image). An Image
         passed to `on_available_image` holds a reference on the C image until it is closed or collected.
         """
-        lib = get_lib()
         client = self._n
         what = f"add_subscription(channel={channel!r}, stream_id={stream_id})"
         native = SubscriptionNative(client, channel, stream_id, on_available_image, on_unavailable_image)
 
-        def start(async_ptr: Any, aeron: Any) -> int:
-            client.closing[id(native)] = native  # keep the callback handle alive from when the conductor may call
-            return int(
-                lib.aeron_async_add_subscription(
-                    async_ptr,
-                    aeron,
-                    channel.encode(),
-                    int(stream_id),
-                    AVAILABLE_IMAGE_CB,
-                    native.handle,
-                    UNAVAILABLE_IMAGE_CB,
-                    native.handle,
-                )
-            )
-
         try:
-            ptr = self._add(what, "subscription", start)
+            ptr = self._add(what, "subscription", lambda out, aeron: _start_subscription(native, out, aeron))
         except BaseException as exc:
-            with native.images_lock:
-                native.closed = True
-            if not isinstance(exc, _AddTimedOut):
-                # The registration failed for good, so no callback can come; a late registration after a timeout
-                # still could, so then the handle stays alive until the client closes.
-                client.closing.pop(id(native), None)
-            native.close_images()
+            _subscription_not_added(client, native, late_callbacks_possible=isinstance(exc, _AddTimedOut))
             raise
-        constants = ffi.new("aeron_subscription_constants_t *")
-        lib.aeron_subscription_constants(ptr, constants)
-        native.registration_id = int(constants.registration_id)
-        with client.lock:
-            native.ptr = ptr
-            client.closing.pop(id(native), None)
-            client.children[id(native)] = native
-            if client.closed:
-                native.close()
-                raise NativeAeronError(f"{what}: client closed while adding")
-        return Subscription(native)
+        return _subscription_added(client, native, ptr, what)
+
+    def async_add_subscription(self, channel: str, stream_id: int) -> PendingSubscription:
+        """Start adding a subscription without waiting (no image callbacks): poll the result until the driver
+        answers. For a reader that subscribes to several replays in flight at once. Raises at once only if the
+        request cannot be sent."""
+        client = self._n
+        what = f"add_subscription(channel={channel!r}, stream_id={stream_id})"
+        native = SubscriptionNative(client, channel, stream_id, None, None)
+        async_ptr = ffi.new("aeron_async_add_subscription_t **")
+        with client.open() as aeron:
+            rc = _start_subscription(native, async_ptr, aeron)
+            if rc < 0:
+                error = last_error(what)
+        if rc < 0:
+            _subscription_not_added(client, native, late_callbacks_possible=False)
+            raise error
+        return PendingSubscription(client, native, what, async_ptr[0])
 
     def add_exclusive_publication(self, channel: str, stream_id: int) -> ExclusivePublication:
         """Add an exclusive (single-writer) publication; supports offer_block / append_padding."""
@@ -312,24 +300,22 @@ class AeronClient(NativeWrapper[ClientNative]):
         return Counter(self._n.adopt(CounterNative(self._n, ptr)))
 
 
-class PendingExclusivePublication:
-    """An exclusive publication being added (`AeronClient.async_add_exclusive_publication`).
-
-    `poll()` returns None until the driver has answered, then the publication (the same one on every later call);
-    a refusal, or no answer within the driver timeout (the C client's conductor fails the add then), raises
-    `NativeAeronError` once, after which `is_done` is true and `poll()` returns None. Whoever polls it to the end
-    owns the publication; `abandon()` instead closes it whenever it comes (polled by `poll()` calls that must
-    continue until `is_done`). Not thread safe: one owner thread.
+class _PendingAdd[R: ExclusivePublication | Subscription]:
+    """An add in flight. `poll()` returns None until the driver has answered, then the added object (the same one on
+    every later call); a refusal, or no answer within the driver timeout (the C client's conductor fails the add
+    then), raises `NativeAeronError` once, after which `is_done` is true and `poll()` returns None. Whoever polls it
+    to the end owns the result; `abandon()` instead closes it whenever it comes (`poll()` must still be called
+    until `is_done`). Not thread safe: one owner thread.
     """
 
-    def __init__(self, client: ClientNative, what: str, async_add: Any, channel: str, stream_id: int) -> None:
+    _KIND = ""  # the C API family: aeron_async_add_<kind>_poll, aeron_<kind>_t
+
+    def __init__(self, client: ClientNative, what: str, async_add: Any) -> None:
         self._client = client
         self._what = what
         self._async: Any = async_add
-        self._out = ffi.new("aeron_exclusive_publication_t **")
-        self._channel = channel
-        self._stream_id = stream_id
-        self._result: ExclusivePublication | None = None
+        self._out = ffi.new(f"aeron_{self._KIND}_t **")
+        self._result: R | None = None
         self._abandoned = False
 
     @property
@@ -338,30 +324,109 @@ class PendingExclusivePublication:
         return self._async is None
 
     def abandon(self) -> None:
-        """Nobody wants the publication any more: close it now if it came, or as soon as `poll()` sees it."""
+        """Nobody wants the result any more: close it now if it came, or as soon as `poll()` sees it."""
         self._abandoned = True
         if self._result is not None:
             self._result.close()
             self._result = None
 
-    def poll(self) -> ExclusivePublication | None:
+    def poll(self) -> R | None:
         if self._async is None:
             return self._result
-        lib = get_lib()
         with self._client.open():
-            rc = int(lib.aeron_async_add_exclusive_publication_poll(self._out, self._async))
-            if rc < 0:
-                self._async = None  # the C client freed it
-                raise last_error(self._what)
+            rc = int(getattr(get_lib(), f"aeron_async_add_{self._KIND}_poll")(self._out, self._async))
+            error = last_error(self._what) if rc < 0 else None
         if rc == 0:
             return None
-        self._async = None
-        native = self._client.adopt(
-            ExclusivePublicationNative(self._client, self._out[0], self._channel, self._stream_id)
-        )
-        publication = ExclusivePublication(native)
+        self._async = None  # the C client freed it
+        if error is not None:
+            self._failed()
+            raise error
+        result = self._adopt(self._out[0])
         if self._abandoned:
-            publication.close()
+            result.close()
             return None
-        self._result = publication
-        return publication
+        self._result = result
+        return result
+
+    def _adopt(self, ptr: Any) -> R:
+        raise NotImplementedError
+
+    def _failed(self) -> None:
+        """Undo what was set up for the add (nothing by default)."""
+
+
+class PendingExclusivePublication(_PendingAdd[ExclusivePublication]):
+    """An exclusive publication being added (`AeronClient.async_add_exclusive_publication`)."""
+
+    _KIND = "exclusive_publication"
+
+    def __init__(self, client: ClientNative, what: str, async_add: Any, channel: str, stream_id: int) -> None:
+        super().__init__(client, what, async_add)
+        self._channel = channel
+        self._stream_id = stream_id
+
+    def _adopt(self, ptr: Any) -> ExclusivePublication:
+        return ExclusivePublication(
+            self._client.adopt(ExclusivePublicationNative(self._client, ptr, self._channel, self._stream_id))
+        )
+
+
+def _start_subscription(native: SubscriptionNative, async_ptr: Any, aeron: Any) -> int:
+    """Start the C add of `native`'s subscription (the client's lock held)."""
+    native.client.closing[id(native)] = native  # keep the callback handle alive from when the conductor may call
+    return int(
+        get_lib().aeron_async_add_subscription(
+            async_ptr,
+            aeron,
+            native.channel.encode(),
+            int(native.stream_id),
+            AVAILABLE_IMAGE_CB,
+            native.handle,
+            UNAVAILABLE_IMAGE_CB,
+            native.handle,
+        )
+    )
+
+
+def _subscription_not_added(client: ClientNative, native: SubscriptionNative, late_callbacks_possible: bool) -> None:
+    """Undo a subscription add that failed. A registration that failed for good can call no callback, so its handle
+    is dropped; after a timeout a late registration still could, so the handle then stays alive until the client
+    closes."""
+    with native.images_lock:
+        native.closed = True
+    if not late_callbacks_possible:
+        client.closing.pop(id(native), None)
+    native.close_images()
+
+
+def _subscription_added(client: ClientNative, native: SubscriptionNative, ptr: Any, what: str) -> Subscription:
+    """Adopt the C subscription the driver confirmed."""
+    lib = get_lib()
+    constants = ffi.new("aeron_subscription_constants_t *")
+    lib.aeron_subscription_constants(ptr, constants)
+    native.registration_id = int(constants.registration_id)
+    with client.lock:
+        native.ptr = ptr
+        client.closing.pop(id(native), None)
+        client.children[id(native)] = native
+        if client.closed:
+            native.close()
+            raise NativeAeronError(f"{what}: client closed while adding")
+    return Subscription(native)
+
+
+class PendingSubscription(_PendingAdd[Subscription]):
+    """A subscription being added (`AeronClient.async_add_subscription`), with no image callbacks."""
+
+    _KIND = "subscription"
+
+    def __init__(self, client: ClientNative, native: SubscriptionNative, what: str, async_add: Any) -> None:
+        super().__init__(client, what, async_add)
+        self._native = native
+
+    def _adopt(self, ptr: Any) -> Subscription:
+        return _subscription_added(self._client, self._native, ptr, self._what)
+
+    def _failed(self) -> None:
+        _subscription_not_added(self._client, self._native, late_callbacks_possible=False)

@@ -266,10 +266,12 @@ class _ReplayFetch:
         try:
             taken = ahead.take(self.partition, position, length, self.timeout_s) if ahead is not None else None
             if taken is None:
-                taken = self.archive.start_replay(
+                self.replay_session_id = self.archive.start_replay(
                     self.recording_id, position, length, self.request_channel, self.stream_id
                 )
-            self.replay_session_id = taken
+                subscribed = None
+            else:
+                self.replay_session_id, subscribed = taken
         except ArchiveError as ex:
             raise ReplayFetchError(
                 f"the archive refused to replay {length} bytes of {self.where(position)}: {ex}"
@@ -279,7 +281,8 @@ class _ReplayFetch:
         if not self.wildcard_port:
             if self.subscription is not None:
                 self.subscription.close()
-            self.subscription = self._add_subscription(add_session_id(self.channel, session_id))
+            # Subscribed ahead by the read-ahead (this fetch owns it now), or subscribe now.
+            self.subscription = subscribed or self._add_subscription(add_session_id(self.channel, session_id))
         assert self.subscription is not None
         deadline = time.monotonic() + self.timeout_s
         waits = 0

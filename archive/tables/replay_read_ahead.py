@@ -13,9 +13,10 @@ Which ranges: those whose first replay (`first_replay_limit`) is at most `READ_A
 channel with a wildcard UDP port (`endpoint=host:0`, the default `aeron:udp?endpoint=localhost:0`, and the
 cluster's `0.0.0.0:0`) one subscription serves them all: the port is this reader's alone, so every image there
 is one of its replays, told apart by session id. On IPC or a fixed port, a subscription without a session filter
-would also join other readers' replays and hold them back, so each range still adds its own, filtered by its
-replay's session id, once its turn comes; the replay waits for it (as for any client that subscribes after the
-OK, within the archive's connect timeout).
+would also join other readers' replays and hold them back, so each replay gets its own, filtered by its session
+id: its add is started as soon as the replay's answer is seen (`async_add_subscription`), and the range takes
+it over, already added, when its turn comes; the replay waits for it (as for any client that subscribes after
+the OK, within the archive's connect timeout).
 
 How much is in flight: at most `READ_AHEAD_REPLAYS` replays, and at most `READ_AHEAD_LOG_BYTES` of log buffers
 (three terms of the recording's term length, on each side of the hop): recordings with large terms get fewer
@@ -23,14 +24,17 @@ replays ahead, never fewer than one.
 
 Failure: an error answer to a request sent ahead is not reported here; the range then asks again the usual way,
 which fails with the full description if the archive still refuses. If the archive's concurrent replay limit
-refused it, the replays asked for ahead of it are stopped and asked for again later, one at a time from then on:
-the read backs off to what it did before rather than failing over its own read-ahead. `close` stops every replay
+refused it, the replays asked for ahead of it are stopped and asked for again later, one at a time from then on,
+and the refused one is asked for again every few milliseconds, up to the message timeout, while the archive
+closes the replays this reader finished or stopped: the read backs off rather than failing over its own
+read-ahead. `close` stops every replay
 still in flight (waiting up to the message timeout for the answers still to come), closes the subscription and
 ends the lease; after a failure the control session is closed rather than returned to the pool.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import deque
@@ -38,14 +42,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from aeron_archive_spark.archive.channel import ChannelUri
+from aeron_archive_spark.archive.channel import ChannelUri, add_session_id
 from aeron_archive_spark.archive.client.pool import ArchiveLease, ConnectionPool, localize_channel
 from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
+from aeron_archive_spark.archive.native import NativeAeronError
+from aeron_archive_spark.archive.storage.frames import to_int32
 
 if TYPE_CHECKING:
     from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
     from aeron_archive_spark.archive.client.connection import ConnectionOptions
-    from aeron_archive_spark.archive.native import Subscription
+    from aeron_archive_spark.archive.native import PendingSubscription, Subscription
     from aeron_archive_spark.archive.tables.ranges import ReadRange
 
 log = logging.getLogger(__name__)
@@ -59,6 +65,11 @@ READ_AHEAD_REPLAYS = 8
 READ_AHEAD_MAX_BYTES = 1024 * 1024
 # At most this much log buffer (3 terms per replay, counted once) in flight for replays asked for ahead.
 READ_AHEAD_LOG_BYTES = 64 * 1024 * 1024
+# A replay asked for ahead whose own subscription (IPC, fixed port) is not there this long after the request is
+# asked for again: the archive fails a replay that nobody subscribes to within its connect timeout (5 s default).
+UNSUBSCRIBED_STALE_S = 1.0
+# Refused by the archive's concurrent replay limit: wait this long before asking again (up to the message timeout).
+LIMIT_RETRY_SLEEP_S = 0.005
 # Waiting for an answer: sleep between polls once the first few found nothing.
 ANSWER_WAIT_YIELDS = 3
 ANSWER_WAIT_SLEEP_S = 0.0001
@@ -85,6 +96,9 @@ class _Requested:
     correlation_id: int
     replay_session_id: int | None = None
     refused_for_limit: bool = False
+    subscribing: PendingSubscription | None = None  # IPC / fixed port: its own subscription, being added
+    subscribed: Subscription | None = None  # ... and once added
+    sent_at: float = 0.0  # time.monotonic() when asked for
 
 
 class ReplayReadAhead:
@@ -102,10 +116,13 @@ class ReplayReadAhead:
         first = self._pending[0].connection if self._pending else None
         self._pending = deque(r for r in self._pending if r.connection == first)
         self.connection: ConnectionOptions | None = first
+        self._held = {id(r) for r in self._pending}  # ranges not yet handed out (by identity: ranges may be equal)
         self._pool = pool
         self._max_replays = max(1, max_replays)
         self._max_log_bytes = max_log_bytes
         self._in_flight: deque[_Requested] = deque()
+        self._abandoned: list[PendingSubscription] = []  # subscriptions to close when their add completes
+        self.shared_port = False
         self._lease: ArchiveLease | None = None
         self.archive: AeronArchive | None = None
         self.subscription: Subscription | None = None
@@ -127,7 +144,7 @@ class ReplayReadAhead:
         return len(self._pending) + len(self._in_flight)
 
     def holds(self, partition: ReadRange) -> bool:
-        return any(r is partition for r in self._pending) or any(q.range is partition for q in self._in_flight)
+        return id(partition) in self._held
 
     # ---- connection -------------------------------------------------------------------------------------------
 
@@ -145,6 +162,7 @@ class ReplayReadAhead:
         self.request_channel = self.channel
         if not has_wildcard_port(self.channel):
             return  # each range subscribes to its own replay (see the module docstring)
+        self.shared_port = True
         self.subscription = self.archive.aeron.add_subscription(self.channel, self.stream_id)
         resolved = self.subscription.try_resolve_channel_endpoint_port(timeout_s=resolve_timeout_s)
         if resolved is None:
@@ -153,10 +171,14 @@ class ReplayReadAhead:
 
     # ---- handing out -----------------------------------------------------------------------------------------
 
-    def take(self, partition: ReadRange, position: int, length: int, timeout_s: float) -> int | None:
-        """The replaySessionId of `partition`'s replay of `[position, position + length)`, asked for ahead, or None
-        if it was not (the caller then asks itself). Ranges before it that were never taken are given up (their
-        replays stopped). Asks for the next ranges before it returns, so they are set up while this one is read.
+    def take(
+        self, partition: ReadRange, position: int, length: int, timeout_s: float
+    ) -> tuple[int, Subscription | None] | None:
+        """`partition`'s replay of `[position, position + length)`, asked for ahead, or None if it was not (the caller
+        then asks itself): its replaySessionId, and on IPC or a fixed port the subscription to it, which the caller
+        then owns (None on a shared port: the read-ahead's `subscription`). Ranges before it that were never taken
+        are given up (their replays stopped). Asks for the next ranges before it returns, so they are set up while
+        this one is read.
         """
         if not self.holds(partition):
             return None
@@ -166,20 +188,122 @@ class ReplayReadAhead:
             head = self._pending[0]
             if head is partition:
                 break
-            self._pending.popleft()
+            self._held.discard(id(self._pending.popleft()))
         if not self._in_flight:
             self._request_more(partition)
         requested = self._in_flight.popleft()
+        self._held.discard(id(requested.range))
         self._request_more(None)
         if requested.range is not partition or position != partition.start or length != requested.length:
             self._give_up(requested)
             return None
-        replay_session_id = self._await_answer(requested, timeout_s)
-        if replay_session_id is None or replay_session_id < 0:
-            if requested.refused_for_limit:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            replay_session_id = self._await_answer(requested, max(0.0, deadline - time.monotonic()))
+            if replay_session_id is None:
+                return None
+            if replay_session_id >= 0:
+                break
+            if not requested.refused_for_limit or time.monotonic() > deadline:
+                return None  # the caller asks itself, and reports the archive's refusal
+            if self._max_replays > 1:
                 self._read_one_at_a_time()
+            # Replays this reader finished or stopped free their places within a few of the archive's duty cycles.
+            time.sleep(LIMIT_RETRY_SLEEP_S)
+            requested = self._send(partition)
+        assert self.archive is not None
+        failed = self.archive.heed(requested.correlation_id)  # its errors are the reader's from now on
+        if failed is not None:  # it failed before its turn (truncated, purged, not connected in time): ask again
+            log.debug("replay of recording %d asked for ahead failed: %s; asking again", partition.recording_id, failed)
+            self._give_up(requested)
             return None
-        return replay_session_id
+        self._subscribe_answered()
+        if self.shared_port:
+            return replay_session_id, None
+        if requested.subscribed is None and time.monotonic() - requested.sent_at > UNSUBSCRIBED_STALE_S:
+            # Left without a subscriber this long (the consumer paused), the replay may have failed its connect
+            # timeout in the archive: ask again rather than wait for an image that may never come.
+            self._give_up(requested)
+            return None
+        subscription = self._await_subscription(requested, timeout_s)
+        if subscription is None:
+            self._give_up(requested)
+            return None
+        return replay_session_id, subscription
+
+    def _subscribe_answered(self) -> None:
+        """IPC / fixed port: collect the answers that came for the replays in flight and start adding each one's
+        own subscription, so it is there (and the replay under way) when its turn comes."""
+        if self.shared_port or self.archive is None:
+            return
+        for requested in self._in_flight:
+            if requested.replay_session_id is None:
+                try:
+                    requested.replay_session_id = self.archive.poll_replay_response(requested.correlation_id)
+                except ArchiveError as ex:
+                    requested.refused_for_limit = ex.error_code == ErrorCode.MAX_REPLAYS
+                    requested.replay_session_id = -1
+            if requested.replay_session_id is not None and requested.replay_session_id >= 0:
+                self._start_subscribing(requested)
+            if requested.subscribing is not None and requested.subscribed is None:
+                try:
+                    requested.subscribed = requested.subscribing.poll()
+                except NativeAeronError as ex:
+                    log.debug("subscribing to replay %d ahead failed: %s", requested.replay_session_id, ex)
+                    requested.subscribing = None
+        for pending in list(self._abandoned):
+            self._settle(pending)
+
+    def _start_subscribing(self, requested: _Requested) -> None:
+        if requested.subscribing is not None or self.shared_port or self.archive is None:
+            return
+        assert requested.replay_session_id is not None
+        channel = add_session_id(self.channel, to_int32(requested.replay_session_id))
+        try:
+            requested.subscribing = self.archive.aeron.async_add_subscription(channel, self.stream_id)
+        except NativeAeronError as ex:
+            log.debug("could not start subscribing to %s ahead: %s", channel, ex)
+
+    def _await_subscription(self, requested: _Requested, timeout_s: float) -> Subscription | None:
+        """The subscription to `requested`'s replay (added now if its add was not started), or None if the driver
+        refused it or did not answer in time (the caller then asks and subscribes itself)."""
+        self._start_subscribing(requested)
+        pending, requested.subscribing = requested.subscribing, None
+        if pending is None:
+            return None
+        if requested.subscribed is not None:
+            subscribed, requested.subscribed = requested.subscribed, None
+            return subscribed
+        deadline = time.monotonic() + timeout_s
+        polls = 0
+        try:
+            while True:
+                subscription = pending.poll()
+                if subscription is not None:
+                    return subscription
+                if time.monotonic() > deadline:
+                    break
+                polls += 1
+                time.sleep(0 if polls <= ANSWER_WAIT_YIELDS else ANSWER_WAIT_SLEEP_S)
+        except NativeAeronError as ex:
+            log.debug("subscribing to replay %d ahead failed: %s", requested.replay_session_id, ex)
+            return None
+        self._abandon(pending)
+        return None
+
+    def _abandon(self, pending: PendingSubscription) -> None:
+        pending.abandon()
+        self._settle(pending)
+
+    def _settle(self, pending: PendingSubscription) -> None:
+        """Poll an abandoned add once; forget it once the driver answered (the subscription was closed then)."""
+        with contextlib.suppress(NativeAeronError):  # a refused add has nothing to close
+            pending.poll()
+        if pending.is_done:
+            if pending in self._abandoned:
+                self._abandoned.remove(pending)
+        elif pending not in self._abandoned:
+            self._abandoned.append(pending)
 
     def _read_one_at_a_time(self) -> None:
         """The archive's concurrent replay limit was reached: stop what was asked for ahead and put those ranges
@@ -191,6 +315,7 @@ class ReplayReadAhead:
             self._give_up(requested)
             back.append(requested.range)
         self._pending.extendleft(back)  # popped last first, so this restores the order
+        self._held.update(id(r) for r in back)
         log.info("the archive's concurrent replay limit was reached: reading the rest one replay at a time")
 
     def _request_more(self, must: ReadRange | None) -> None:
@@ -204,14 +329,18 @@ class ReplayReadAhead:
             if candidate is not must and self._in_flight and log_bytes + cost > self._max_log_bytes:
                 return
             self._pending.popleft()
-            length = first_replay_limit(candidate) - candidate.start
-            correlation_id = self.archive.send_replay_request(
-                candidate.recording_id, candidate.start, length, self.request_channel, self.stream_id
-            )
-            self._in_flight.append(_Requested(candidate, length, correlation_id))
+            self._in_flight.append(self._send(candidate))
             log_bytes += cost
             if candidate is must:
                 must = None
+
+    def _send(self, partition: ReadRange) -> _Requested:
+        assert self.archive is not None
+        length = first_replay_limit(partition) - partition.start
+        correlation_id = self.archive.send_replay_request(
+            partition.recording_id, partition.start, length, self.request_channel, self.stream_id
+        )
+        return _Requested(partition, length, correlation_id, sent_at=time.monotonic())
 
     def _await_answer(self, requested: _Requested, timeout_s: float) -> int | None:
         """The replaySessionId answered for `requested`; -1 if the archive refused it (logged), None if no answer
@@ -245,6 +374,10 @@ class ReplayReadAhead:
 
     def _give_up(self, requested: _Requested) -> None:
         """Stop a replay asked for ahead that will not be read (its answer awaited first, to know its id)."""
+        self._held.discard(id(requested.range))
+        if requested.subscribing is not None:
+            self._abandon(requested.subscribing)
+            requested.subscribing = None
         if self.archive is None:
             return
         timeout_s = self.connection.message_timeout_ms / 1000.0 if self.connection is not None else 5.0
@@ -269,15 +402,24 @@ class ReplayReadAhead:
         """Stop the replays still in flight, close the subscription, end the lease (closing the control session
         after a failure, or if a replay could not be stopped)."""
         self._pending.clear()
+        self._held.clear()
         try:
             if not failed:
                 while self._in_flight:
                     self._give_up(self._in_flight.popleft())
         finally:
-            if failed and self.archive is not None:
-                for requested in self._in_flight:
+            for requested in self._in_flight:
+                if requested.subscribing is not None:
+                    self._abandon(requested.subscribing)
+                if failed and self.archive is not None:
                     self.archive.forget(requested.correlation_id)
             self._in_flight.clear()
+            deadline = time.monotonic() + 1.0  # the driver answers adds within a millisecond or so
+            while self._abandoned and time.monotonic() < deadline:
+                for pending in list(self._abandoned):
+                    self._settle(pending)
+                time.sleep(ANSWER_WAIT_SLEEP_S)
+            self._abandoned.clear()  # any left are closed with the client
             subscription, self.subscription = self.subscription, None
             lease, self._lease = self._lease, None
             self.archive = None

@@ -201,3 +201,27 @@ def test_stop_all_replays_also_answers_replays_still_being_set_up(harness):
     assert not pending
     wait_for(lambda: no_replays_left(harness), timeout=10, what="no replay left on the archive")
 
+
+
+def test_a_consumer_pause_longer_than_the_archives_connect_timeout_loses_nothing(aeron_dir, tmp_path):
+    """On IPC each replay asked for ahead waits for its own subscription; if the consumer pauses for longer than
+    the archive's connect timeout, those replays fail in the archive, and the reader must ask again."""
+    h = Harness(aeron_dir, str(tmp_path / "archive"), connect_timeout_ns=500_000_000)
+    try:
+        recordings = small_recordings(h, 6, 3307)
+        ranges = whole_ranges(recordings, connection(h, "aeron:ipc"))
+        source = ReplayChunkSource()
+        source.read_ahead(ranges)
+        try:
+            got = []
+            for i, read_range in enumerate(ranges):
+                got.append(b"".join(bytes(chunk) for chunk, _ in source.iter_chunks(read_range)))
+                if i == 0:
+                    time.sleep(1.5)  # the consumer (Spark) is busy elsewhere
+        finally:
+            source.close()
+        for (d, _), data in zip(recordings, got, strict=True):
+            assert len(data) == d.stop_position - d.start_position, d.recording_id
+        wait_for(lambda: no_replays_left(h), timeout=10, what="no replay left on the archive")
+    finally:
+        h.close()

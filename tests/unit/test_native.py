@@ -908,3 +908,43 @@ def test_abandoned_async_exclusive_publication_is_closed_when_it_comes(client: A
         assert subscription.image_count == 0  # no publication was left behind
     finally:
         subscription.close()
+
+
+def test_async_subscription_add_is_polled_to_a_working_subscription(client: AeronClient, stream_id: int) -> None:
+    pending = client.async_add_subscription("aeron:ipc", stream_id)
+    deadline = time.monotonic() + 10
+    subscription = pending.poll()
+    while subscription is None:
+        assert not pending.is_done
+        assert time.monotonic() < deadline, "the driver never answered the add"
+        time.sleep(0.0001)
+        subscription = pending.poll()
+    assert pending.is_done and pending.poll() is subscription
+    try:
+        with client.add_exclusive_publication("aeron:ipc", stream_id) as publication:
+            wait_until(lambda: subscription.image_count == 1, "image")
+            assert publication.offer(b"hello") > 0
+            got: list[bytes] = []
+            wait_until(lambda: subscription.poll(lambda data, _h: got.append(bytes(data)), 10) > 0 or got, "message")
+            assert got == [b"hello"]
+    finally:
+        subscription.close()
+
+
+def test_async_subscription_add_refused_raises_once_and_abandoned_is_closed(client: AeronClient, stream_id: int) -> None:
+    refused = client.async_add_subscription("aeron:udp?endpoint=localhost:99999", stream_id)  # no such port
+    abandoned = client.async_add_subscription("aeron:ipc", stream_id)
+    abandoned.abandon()
+    deadline = time.monotonic() + 10
+    with pytest.raises(NativeAeronError):
+        while refused.poll() is None:
+            assert time.monotonic() < deadline, "the driver never answered the add"
+            time.sleep(0.0001)
+    assert refused.is_done and refused.poll() is None
+    while not abandoned.is_done:
+        assert abandoned.poll() is None
+        assert time.monotonic() < deadline, "the driver never answered the add"
+        time.sleep(0.0001)
+    with client.add_exclusive_publication("aeron:ipc", stream_id) as publication:
+        time.sleep(0.05)
+        assert not publication.is_connected  # the abandoned subscription was closed when it came
