@@ -23,6 +23,17 @@ from aeron_archive_spark.archive.constants import (
 )
 
 REPLAY_CHANNEL_DEFAULT = "aeron:udp?endpoint=localhost:0"
+# When the archive is reached over IPC it shares this process's media driver, and so can replay over IPC too:
+# no loopback UDP, and no per-replay network publication and image for the driver to run.
+REPLAY_CHANNEL_DEFAULT_IPC = "aeron:ipc"
+
+
+def default_replay_channel(control_channel: str) -> str:
+    """The replay channel when none is given: IPC for an archive reached over IPC (the same media driver), else a
+    UDP endpoint on an ephemeral port (`REPLAY_CHANNEL_DEFAULT`, localized for remote archives)."""
+    return REPLAY_CHANNEL_DEFAULT_IPC if control_channel.strip().startswith("aeron:ipc") else REPLAY_CHANNEL_DEFAULT
+
+
 REPLAY_STREAM_ID_DEFAULT = 0x5EE7
 MESSAGE_TIMEOUT_MS_DEFAULT = 10_000
 

@@ -20,6 +20,7 @@ from aeron_archive_spark.archive.client.connection import (
     REPLAY_CHANNEL_DEFAULT,
     REPLAY_STREAM_ID_DEFAULT,
     ConnectionOptions,
+    default_replay_channel,
 )
 from aeron_archive_spark.archive.constants import (
     CONTROL_CHANNEL_DEFAULT,
@@ -175,7 +176,8 @@ RECORDING_OPTIONS = OptionTable(
             parse_string,
             REPLAY_CHANNEL_DEFAULT,
             Mode.READ,
-            "channel executors receive bounded replays on (port 0: any free port)",
+            "channel executors receive bounded replays on (port 0: any free port); default aeron:ipc when "
+            "controlChannel is IPC (the archive shares the media driver)",
         ),
         OptionSpec(
             "replayStreamId",
@@ -306,7 +308,11 @@ def connection_from_parsed(parsed: ParsedOptions) -> ConnectionOptions:
         control_stream_id=parsed.get("controlStreamId", CONTROL_STREAM_ID_DEFAULT),
         control_response_channel=parsed.get("controlResponseChannel", CONTROL_RESPONSE_CHANNEL_DEFAULT),
         control_response_stream_id=parsed.get("controlResponseStreamId", CONTROL_RESPONSE_STREAM_ID_DEFAULT),
-        replay_channel=parsed.get("replayChannel", REPLAY_CHANNEL_DEFAULT),
+        replay_channel=(
+            parsed["replayChannel"]
+            if parsed.is_set("replayChannel")
+            else default_replay_channel(parsed.get("controlChannel", CONTROL_CHANNEL_DEFAULT))
+        ),
         replay_stream_id=parsed.get("replayStreamId", REPLAY_STREAM_ID_DEFAULT),
         message_timeout_ms=parsed.get("messageTimeout", MESSAGE_TIMEOUT_MS_DEFAULT),
         credentials=parsed.get("archiveSecret"),

@@ -46,6 +46,19 @@ def test_running_archive_location_defaults():
     assert c.replay_channel == "aeron:udp?endpoint=localhost:0"
 
 
+def test_an_archive_reached_over_ipc_replays_over_ipc_unless_told_otherwise():
+    """IPC reaches only an archive on this process's media driver, so its replays can come over IPC too."""
+    c = SourceOptions.parse({"recordingid": "1", "controlchannel": "aeron:ipc"}, False).connection
+    assert c.replay_channel == "aeron:ipc"
+    c = SourceOptions.parse({"recordingid": "1", "controlchannel": "aeron:ipc?term-length=64k"}, False).connection
+    assert c.replay_channel == "aeron:ipc"
+    c = SourceOptions.parse({"recordingid": "1", "controlchannel": "aeron:ipc",
+                             "replaychannel": "aeron:udp?endpoint=localhost:0"}, False).connection
+    assert c.replay_channel == "aeron:udp?endpoint=localhost:0"
+    c = SourceOptions.parse({"recordingid": "1", "controlchannel": "aeron:udp?endpoint=archive:8010"}, False).connection
+    assert c.replay_channel == "aeron:udp?endpoint=localhost:0"
+
+
 def test_position_specs():
     o = parse(startingPosition='{"3": 4096}')
     assert o.starting.for_recording(3) == 4096 and o.starting.for_recording(9) == EARLIEST
