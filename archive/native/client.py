@@ -317,6 +317,7 @@ class _PendingAdd[R: ExclusivePublication | Subscription]:
         self._out = ffi.new(f"aeron_{self._KIND}_t **")
         self._result: R | None = None
         self._abandoned = False
+        self._poll = getattr(get_lib(), f"aeron_async_add_{self._KIND}_poll")
 
     @property
     def is_done(self) -> bool:
@@ -334,7 +335,7 @@ class _PendingAdd[R: ExclusivePublication | Subscription]:
         if self._async is None:
             return self._result
         with self._client.open():
-            rc = int(getattr(get_lib(), f"aeron_async_add_{self._KIND}_poll")(self._out, self._async))
+            rc = int(self._poll(self._out, self._async))
             error = last_error(self._what) if rc < 0 else None
         if rc == 0:
             return None

@@ -74,6 +74,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SESSION_EVENT_LINES_PER_SECOND = 20
+# Counters of the archive's work are written at most this often while the conductor is busy.
+COUNTERS_PUBLISH_INTERVAL_NS = 1_000_000
 # A recorder cycle that writes less than this is a trickle: the recorder waits a little before polling again (see
 # `BackoffIdleStrategy`). A quarter of Aeron's default 128 KiB receiver window, so the wait never holds a UDP
 # sender back; an IPC or a fast UDP feed fills it within one short sleep.
@@ -118,6 +120,8 @@ class ArchiveConductor(Agent):
         # Sessions connecting and closing are ordinary events, logged line by line; only a flood is summarised.
         self._session_events = RateLimitedLog(log, clock=ctx.nano_clock, burst=SESSION_EVENT_LINES_PER_SECOND)
         self._next_fault_flush_ns = 0
+        self._counters_stale = False
+        self._next_counters_ns = 0
         self._now_ns = ctx.nano_clock()  # this duty cycle's time, for sessions created by its requests
         self._control_sessions: dict[int, ControlSession] = {}
         self._next_control_session_id = random.randint(1, 1 << 30)
@@ -254,7 +258,13 @@ class ArchiveConductor(Agent):
             self._request_faults.flush()
             self._session_events.flush()
             control_session_fault_log.flush()
+        # Nine counter writes: at most once a millisecond while requests keep coming (a burst of small replays
+        # made them a twentieth of the conductor's time), and always on the first quiet cycle after work.
         if work:
+            self._counters_stale = True
+        if self._counters_stale and (not work or now_ns >= self._next_counters_ns):
+            self._counters_stale = False
+            self._next_counters_ns = now_ns + COUNTERS_PUBLISH_INTERVAL_NS
             self.counters.publish_recorder(self.recorder_totals)
             self.counters.publish_replayer(self.replayer_totals)
             self.counters.max_cycle_time["conductor"].set(self.max_cycle_time_ns)
@@ -968,7 +978,10 @@ class ArchiveConductor(Agent):
         recording_id = d.recording_id
         replay_session_id = (self._replay_id << 32) | (publication.session_id & 0xFFFFFFFF)
         self._replay_id += 1
-        appender = self._term_appender(publication) if ctx.replay_into_term and self._replay_checksum is None else None
+        into_term = (
+            ctx.replay_into_term and self._replay_checksum is None and replay_length > ctx.replay_into_term_min_length
+        )
+        appender = self._term_appender(publication) if into_term else None
         control_session_id = session.control_session_id
         replay = ReplaySession(
             replay_session_id=replay_session_id,

@@ -46,6 +46,9 @@ class ArchiveContext:
     # Replays read segment files straight into the replay publication's term (one copy, see
     # native/term_appender.py); False goes through the C client's offer_block (a read buffer, then a second copy).
     replay_into_term: bool = True
+    # Replays at most this long copy through offer_block even with `replay_into_term`: mapping the publication's
+    # log buffer costs more than the copy it saves on a few frames (a small recording of many).
+    replay_into_term_min_length: int = 64 * 1024
     catalog_capacity: int = c.CATALOG_CAPACITY_DEFAULT
     max_concurrent_recordings: int = c.MAX_CONCURRENT_RECORDINGS_DEFAULT
     max_concurrent_replays: int = c.MAX_CONCURRENT_REPLAYS_DEFAULT

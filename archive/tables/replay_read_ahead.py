@@ -24,9 +24,10 @@ replays ahead, never fewer than one.
 
 Failure: an error answer to a request sent ahead is not reported here; the range then asks again the usual way,
 which fails with the full description if the archive still refuses. If the archive's concurrent replay limit
-refused it, the replays asked for ahead of it are stopped and asked for again later, one at a time from then on,
-and the refused one is asked for again every few milliseconds, up to the message timeout, while the archive
-closes the replays this reader finished or stopped: the read backs off rather than failing over its own
+refused it (other readers share the limit), the replays asked for ahead of it are stopped and asked for again
+later, the number asked for ahead is halved (growing back by one after each window's worth of ranges read without
+a refusal), and the refused one is asked for again every few milliseconds, up to the message timeout, while the
+archive closes the replays this reader finished or stopped: the read backs off rather than failing over its own
 read-ahead. `close` stops every replay
 still in flight (waiting up to the message timeout for the answers still to come), closes the subscription and
 ends the lease; after a failure the control session is closed rather than returned to the pool.
@@ -119,6 +120,8 @@ class ReplayReadAhead:
         self._held = {id(r) for r in self._pending}  # ranges not yet handed out (by identity: ranges may be equal)
         self._pool = pool
         self._max_replays = max(1, max_replays)
+        self._window_cap = self._max_replays
+        self._taken_since_back_off = 0
         self._max_log_bytes = max_log_bytes
         self._in_flight: deque[_Requested] = deque()
         self._abandoned: list[PendingSubscription] = []  # subscriptions to close when their add completes
@@ -206,8 +209,8 @@ class ReplayReadAhead:
                 break
             if not requested.refused_for_limit or time.monotonic() > deadline:
                 return None  # the caller asks itself, and reports the archive's refusal
-            if self._max_replays > 1:
-                self._read_one_at_a_time()
+            if self._in_flight or self._max_replays > 1:
+                self._back_off()
             # Replays this reader finished or stopped free their places within a few of the archive's duty cycles.
             time.sleep(LIMIT_RETRY_SLEEP_S)
             requested = self._send(partition)
@@ -217,6 +220,7 @@ class ReplayReadAhead:
             log.debug("replay of recording %d asked for ahead failed: %s; asking again", partition.recording_id, failed)
             self._give_up(requested)
             return None
+        self._grow()
         self._subscribe_answered()
         if self.shared_port:
             return replay_session_id, None
@@ -230,6 +234,15 @@ class ReplayReadAhead:
             self._give_up(requested)
             return None
         return replay_session_id, subscription
+
+    def _grow(self) -> None:
+        """One more replay asked for ahead after a window's worth of ranges taken without a refusal (to the cap)."""
+        if self._max_replays >= self._window_cap:
+            return
+        self._taken_since_back_off += 1
+        if self._taken_since_back_off >= self._max_replays:
+            self._max_replays += 1
+            self._taken_since_back_off = 0
 
     def _subscribe_answered(self) -> None:
         """IPC / fixed port: collect the answers that came for the replays in flight and start adding each one's
@@ -305,10 +318,12 @@ class ReplayReadAhead:
         elif pending not in self._abandoned:
             self._abandoned.append(pending)
 
-    def _read_one_at_a_time(self) -> None:
+    def _back_off(self) -> None:
         """The archive's concurrent replay limit was reached: stop what was asked for ahead and put those ranges
-        back, to be asked for one at a time, each when its turn comes."""
-        self._max_replays = 1
+        back, and halve how many replays are asked for ahead (it grows again by one after each window's worth of
+        ranges read without a refusal: other readers share the limit, and their reads end)."""
+        self._max_replays = max(1, self._max_replays // 2)
+        self._taken_since_back_off = 0
         back = []
         while self._in_flight:
             requested = self._in_flight.pop()
@@ -316,7 +331,10 @@ class ReplayReadAhead:
             back.append(requested.range)
         self._pending.extendleft(back)  # popped last first, so this restores the order
         self._held.update(id(r) for r in back)
-        log.info("the archive's concurrent replay limit was reached: reading the rest one replay at a time")
+        log.info(
+            "the archive's concurrent replay limit was reached: now at most %d replays asked for ahead",
+            self._max_replays,
+        )
 
     def _request_more(self, must: ReadRange | None) -> None:
         """Ask for replays of the next ranges while the window and the log budget allow (`must`: at least that

@@ -91,7 +91,10 @@ def main() -> None:
     parser.add_argument("--paths", default="archiveDir,replay",
                         help="comma-separated read paths to time: archiveDir, replay (default: both)")
     parser.add_argument("--replay-channel", default=None,
-                        help="replayChannel of the replay path (default: the connector's, aeron:udp?endpoint=localhost:0)")
+                        help="replayChannel of the replay path (default: the connector's, aeron:ipc here: the "
+                             "archive is reached over IPC)")
+    parser.add_argument("--driver-dir", default=None,
+                        help="media driver directory parent (default: the embedded default, /dev/shm if roomy)")
     parser.add_argument("--open-cost", default=None,
                         help="openCostInBytes for the read of the N small recordings (default: the path's default)")
     args = parser.parse_args()
@@ -113,7 +116,9 @@ def main() -> None:
     connector.register(spark)
 
     root = tempfile.mkdtemp(prefix="bench-many-recordings-")
-    driver = EmbeddedMediaDriver(os.path.join(root, "driver"))
+    # The driver where `serve`'s embedded driver goes (a memory filesystem when roomy): every replay creates a
+    # publication's log buffer there, and on a disk each creation costs a file's writes (run B of the docs).
+    driver = EmbeddedMediaDriver(os.path.join(args.driver_dir, f"bench-many-{os.getpid()}") if args.driver_dir else None)
     h = Harness(driver.aeron_dir, os.path.join(root, "archive"), segment_file_length=TERM_LENGTH * 4)
     payload = bytes(range(256)) * (args.payload // 256) + bytes(args.payload % 256)
     total_rows = args.recordings * args.rows_per
@@ -170,7 +175,8 @@ def main() -> None:
     med: dict[str, dict[str, float]] = {}
     for name, figures in results.items():
         med[name] = {k: statistics.median(v) for k, v in figures.items()}
-        print(f"{name:<18} {partitions[name]:>10} {med[name]['plan']:>9.3f} {med[name]['total']:>9.3f}")
+        print(f"{name:<18} {partitions[name]:>10} {med[name]['plan']:>9.3f} {med[name]['total']:>9.3f}   "
+              f"(total of each run: {', '.join(f'{t:.3f}' for t in figures['total'])})")
     for path in paths:
         ratio = med[f"{path} many"]["total"] / med[f"{path} one"]["total"]
         print(f"{path}: {args.recordings} small / one, total time: {ratio:.2f}x")

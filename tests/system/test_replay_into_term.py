@@ -82,6 +82,7 @@ def test_both_replay_paths_deliver_the_same_frames(harness: Harness, caplog: pyt
         start = rng.choice(spans)[0]
         ranges.append((start, min(stop - start, rng.choice([1, 4096, SMALL_TERM, 3 * SMALL_TERM + 1000]))))
     stream_ids = iter(range(9301, 9400))
+    harness.ctx.replay_into_term_min_length = 0  # the direct path even for a replay of one frame
     for start, length in ranges:
         harness.ctx.replay_into_term = True
         direct = replayed_frames(harness, recording_id, start, length, next(stream_ids))

@@ -106,14 +106,14 @@ def test_ranges_left_unread_have_their_replays_stopped(harness, replay_channel):
     assert time.monotonic() - started < 4
 
 
-def test_the_concurrent_replay_limit_makes_the_read_go_one_replay_at_a_time(aeron_dir, tmp_path, caplog):
+def test_the_concurrent_replay_limit_makes_the_read_back_off(aeron_dir, tmp_path, caplog):
     h = Harness(aeron_dir, str(tmp_path / "archive"), max_concurrent_replays=2)
     try:
         recordings = small_recordings(h, 9, 3303)
         ranges = whole_ranges(recordings, connection(h, "aeron:udp?endpoint=localhost:0"))
         with caplog.at_level(logging.INFO, logger="aeron_archive_spark.archive.tables.replay_read_ahead"):
             assert rows_of(ranges) == expected_rows(recordings)
-        assert "concurrent replay limit was reached" in caplog.text
+        assert "concurrent replay limit was reached: now at most" in caplog.text
         wait_for(lambda: no_replays_left(h), timeout=10, what="no replay left on the archive")
     finally:
         h.close()
