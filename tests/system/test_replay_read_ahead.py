@@ -225,3 +225,68 @@ def test_a_consumer_pause_longer_than_the_archives_connect_timeout_loses_nothing
         wait_for(lambda: no_replays_left(h), timeout=10, what="no replay left on the archive")
     finally:
         h.close()
+
+
+_KILLED_READER = r"""
+import json, sys, time
+from aeron_archive_spark.archive.tables.replay_chunks import ReplayChunkSource
+from aeron_archive_spark.connector.source.batch_reader import AeronArchiveBatchReader
+from aeron_archive_spark.connector.source.schema import FIXED_FIELDS
+
+options = json.loads(sys.argv[1])
+reader = AeronArchiveBatchReader({k.lower(): v for k, v in options.items()}, FIXED_FIELDS)
+ranges = [r for p in reader.partitions() for r in p.read_ranges]
+source = ReplayChunkSource()
+source.read_ahead(ranges)
+for i, read_range in enumerate(ranges):
+    for _chunk in source.iter_chunks(read_range):
+        pass
+    print("read", i, flush=True)
+    time.sleep(0.05)  # replays asked for ahead are in flight while it sleeps
+print("done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("replay_channel", CHANNELS)
+def test_a_reader_killed_mid_read_ahead_leaves_nothing_behind_on_the_archive(tmp_path, replay_channel):
+    """kill -9 a reader with replays asked for ahead: the archive ends its control session and every replay (in
+    flight, waiting for a subscriber, or being set up) once the media driver declares the client dead, and goes
+    on serving."""
+    import json
+    import subprocess
+    import sys
+
+    from aeron_archive_spark.archive.native import EmbeddedMediaDriver
+
+    # A short client liveness timeout, so the driver declares the killed reader dead within seconds.
+    with EmbeddedMediaDriver(str(tmp_path / "driver"), settings={"AERON_CLIENT_LIVENESS_TIMEOUT": "2s",
+                                                                  "AERON_TIMER_INTERVAL": "20ms"}) as driver:
+        h = Harness(driver.aeron_dir, str(tmp_path / "archive"))
+        try:
+            base = 3308 if replay_channel == CHANNELS[0] else 3309
+            recordings = small_recordings(h, 40, base)
+            conductor = h.archive.conductor
+            sessions_before = len(conductor._control_sessions)
+            options = {"aeronDir": h.aeron_dir, "controlChannel": h.ctx.local_control_channel,
+                       "controlStreamId": str(h.ctx.local_control_stream_id),
+                       "controlResponseChannel": "aeron:ipc", "replayChannel": replay_channel,
+                       "recordingIds": ",".join(str(d.recording_id) for d, _ in recordings)}
+            proc = subprocess.Popen([sys.executable, "-c", _KILLED_READER, json.dumps(options)],
+                                    stdout=subprocess.PIPE, text=True)
+            try:
+                for line in proc.stdout:
+                    if line.startswith("read 3"):
+                        break
+                assert conductor._replays or conductor._pending_replays, "replays asked for ahead are in flight"
+                proc.kill()  # SIGKILL
+                proc.wait(timeout=10)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+            wait_for(lambda: no_replays_left(h) and len(conductor._control_sessions) <= sessions_before,
+                     timeout=30, what="the killed reader's replays and control session ended")
+            # The archive goes on serving: the same ranges read whole in this process.
+            ranges = whole_ranges(recordings, connection(h, replay_channel))
+            assert rows_of(ranges) == expected_rows(recordings)
+        finally:
+            h.close()
