@@ -17,6 +17,7 @@ import os
 import threading
 import time
 import weakref
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
@@ -300,7 +301,7 @@ class AeronClient(NativeWrapper[ClientNative]):
         return Counter(self._n.adopt(CounterNative(self._n, ptr)))
 
 
-class _PendingAdd[R: ExclusivePublication | Subscription]:
+class _PendingAdd[R: ExclusivePublication | Subscription](ABC):
     """An add in flight. `poll()` returns None until the driver has answered, then the added object (the same one on
     every later call); a refusal, or no answer within the driver timeout (the C client's conductor fails the add
     then), raises `NativeAeronError` once, after which `is_done` is true and `poll()` returns None. Whoever polls it
@@ -350,10 +351,11 @@ class _PendingAdd[R: ExclusivePublication | Subscription]:
         self._result = result
         return result
 
+    @abstractmethod
     def _adopt(self, ptr: Any) -> R:
-        raise NotImplementedError
+        """Wrap the C object the driver confirmed (and register it with the client)."""
 
-    def _failed(self) -> None:
+    def _failed(self) -> None:  # noqa: B027 - an optional hook, deliberately not abstract
         """Undo what was set up for the add (nothing by default)."""
 
 
