@@ -26,12 +26,15 @@ def harness(aeron_dir, tmp_path):
     h.close()
 
 
-def small_recordings(h: Harness, count: int, stream_id: int) -> list[tuple[object, list[bytes]]]:
+def small_recordings(h: Harness, count: int, stream_id: int, big: bool = False) -> list[tuple[object, list[bytes]]]:
     """`count` stopped recordings of three messages each (sizes vary), with their payloads; each on its own stream
-    (from `stream_id` on), so no recording catches the lingering image of the one before."""
+    (from `stream_id` on), so no recording catches the lingering image of the one before. `big`: fifteen messages
+    of ~8 KB instead, ~120 KB, more than a replay's flow-control window on these 64 KiB terms, so a replay cannot
+    finish unread."""
     out = []
     for i in range(count):
-        payloads = payloads_of([40 + i, 200, 1 + 3 * i], seed=i)
+        sizes = [8000 - (i + j) % 7 for j in range(15)] if big else [40 + i, 200, 1 + 3 * i]
+        payloads = payloads_of(sizes, seed=i)
         d, _ = record_stopped(h, payloads, stream_id + 100 * i)
         out.append((d, payloads))
     return out
@@ -264,7 +267,7 @@ def test_a_reader_killed_mid_read_ahead_leaves_nothing_behind_on_the_archive(tmp
         h = Harness(driver.aeron_dir, str(tmp_path / "archive"))
         try:
             base = 3308 if replay_channel == CHANNELS[0] else 3309
-            recordings = small_recordings(h, 40, base)
+            recordings = small_recordings(h, 40, base, big=True)
             conductor = h.archive.conductor
             sessions_before = len(conductor._control_sessions)
             options = {"aeronDir": h.aeron_dir, "controlChannel": h.ctx.local_control_channel,
@@ -277,7 +280,8 @@ def test_a_reader_killed_mid_read_ahead_leaves_nothing_behind_on_the_archive(tmp
                 for line in proc.stdout:
                     if line.startswith("read 3"):
                         break
-                assert conductor._replays or conductor._pending_replays, "replays asked for ahead are in flight"
+                # Replays asked for ahead are waiting for the reader (they cannot finish unread).
+                assert conductor._replays or conductor._pending_replays, "no replay in flight at the kill"
                 proc.kill()  # SIGKILL
                 proc.wait(timeout=10)
             finally:
