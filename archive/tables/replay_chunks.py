@@ -28,11 +28,16 @@ recording, position, replay channel and archive. Cleanup: the active replay is s
 subscription closed in a `finally`, also when the caller stops iterating early; the control session goes back to
 the pool, unless the read failed (or the replay could not be stopped), which closes it.
 
-Channels: with a UDP endpoint of port 0 (the default `aeron:udp?endpoint=localhost:0`) the subscription is added
-first and its bound port resolved before the replay request (one ephemeral port per read, so only this replay
-arrives there); otherwise (IPC, a fixed port) the subscription is added after the request, filtered with
-`session-id=(int)replaySessionId` so concurrent reads on the same driver never see (or slow down) each other's
-replays. See `aeron_archive_spark.archive.client.pool` for remote hosts (`0.0.0.0` endpoints).
+Channels: with a UDP endpoint of port 0 (the default `aeron:udp?endpoint=localhost:0`; `aeron:ipc` is the
+default when the archive is reached over IPC) the subscription is added first and its bound port resolved before
+the replay request (one ephemeral port per read, so only this replay arrives there); otherwise (IPC, a fixed port)
+the subscription is added after the request, filtered with `session-id=(int)replaySessionId` so concurrent reads
+on the same driver never see (or slow down) each other's replays. See `aeron_archive_spark.archive.client.pool`
+for remote hosts (`0.0.0.0` endpoints).
+
+Many small ranges: `read_ahead(ranges)` hands a partition's small ranges to `replay_read_ahead.ReplayReadAhead`,
+which asks for their replays (and, off a shared port, adds their subscriptions) ahead of reading them; a range it
+holds then takes its first replay, already set up, from it, on its control session and subscription.
 """
 
 from __future__ import annotations
