@@ -184,7 +184,8 @@ RECORDING_OPTIONS = OptionTable(
             parse_int32,
             REPLAY_STREAM_ID_DEFAULT,
             Mode.READ,
-            "stream id executors receive bounded replays on",
+            "stream id executors receive bounded replays on (on IPC, left at its default, a partition of small "
+            "recordings draws a stream id of its own)",
         ),
         OptionSpec(
             "messageTimeout",

@@ -36,8 +36,9 @@ on the same driver never see (or slow down) each other's replays. See `aeron_arc
 for remote hosts (`0.0.0.0` endpoints).
 
 Many small ranges: `read_ahead(ranges)` hands a partition's small ranges to `replay_read_ahead.ReplayReadAhead`,
-which asks for their replays (and, off a shared port, adds their subscriptions) ahead of reading them; a range it
-holds then takes its first replay, already set up, from it, on its control session and subscription.
+which asks for their replays (and, without a shared subscription, adds their subscriptions) ahead of reading
+them; a range it holds then takes its first replay, already set up, from it, on its control session and
+subscription (and, on IPC with the default `replayStreamId`, its stream id of its own).
 """
 
 from __future__ import annotations
@@ -195,7 +196,9 @@ class _ReplayFetch:
         self.timeout_s = stall_timeout_s if stall_timeout_s is not None else connection.message_timeout_ms / 1000.0
         self.channel = localize_channel(connection.replay_channel, connection.control_channel)
         self.stream_id = connection.replay_stream_id
-        self.wildcard_port = has_wildcard_port(self.channel)
+        # Subscribed before the replay request, the image told apart by session id: a wildcard port bound per read,
+        # or a read-ahead's shared subscription (`connect`); else subscribed after the OK, filtered by session id.
+        self.subscribes_first = has_wildcard_port(self.channel)
         self.chunk_length = chunk_length
         self.pool = pool
         self.lease: ArchiveLease | None = None
@@ -236,6 +239,8 @@ class _ReplayFetch:
             assert self.archive is not None
             self.client = self.archive.aeron
             self.request_channel = self.ahead.request_channel
+            self.stream_id = self.ahead.stream_id  # a read-ahead on IPC may use a stream id of its own
+            self.subscribes_first = self.ahead.shared_subscription
             return
         self.lease = self.pool.archive(self.connection, purpose="replay")
         try:
@@ -244,7 +249,7 @@ class _ReplayFetch:
             reason = ex.reason if isinstance(ex, ArchiveConnectError) else ex
             raise ReplayFetchError(f"cannot reach the archive to replay {self.where()}: {reason}") from ex
         self.client = self.archive.aeron
-        if self.wildcard_port:
+        if self.subscribes_first:
             # One ephemeral port per read: bind first, then tell the archive the resolved endpoint.
             self.subscription = self._add_subscription(self.channel)
             resolved = self.subscription.try_resolve_channel_endpoint_port(timeout_s=self.timeout_s)
@@ -283,7 +288,7 @@ class _ReplayFetch:
             ) from ex
         self.replay_active = True
         session_id = to_int32(self.replay_session_id)
-        if not self.wildcard_port:
+        if not self.subscribes_first:
             if self.subscription is not None:
                 self.subscription.close()
             # Subscribed ahead by the read-ahead (this fetch owns it now), or subscribe now.

@@ -9,14 +9,19 @@ waiting for their answers (`AeronArchive.send_replay_request`), and hands each r
 replay that is by then set up and usually already sent. The archive serves the requests in order on that session;
 the ranges are still decoded strictly in order, each from its own image.
 
-Which ranges: those whose first replay (`first_replay_limit`) is at most `READ_AHEAD_MAX_BYTES`. On a replay
-channel with a wildcard UDP port (`endpoint=host:0`, the default `aeron:udp?endpoint=localhost:0`, and the
-cluster's `0.0.0.0:0`) one subscription serves them all: the port is this reader's alone, so every image there
-is one of its replays, told apart by session id. On IPC or a fixed port, a subscription without a session filter
-would also join other readers' replays and hold them back, so each replay gets its own, filtered by its session
-id: its add is started as soon as the replay's answer is seen (`async_add_subscription`), and the range takes
-it over, already added, when its turn comes; the replay waits for it (as for any client that subscribes after
-the OK, within the archive's connect timeout).
+Which ranges: those whose first replay (`first_replay_limit`) is at most `READ_AHEAD_MAX_BYTES`. One subscription
+serves them all where this reader can have a place of its own:
+- on a replay channel with a wildcard UDP port (`endpoint=host:0`, the default `aeron:udp?endpoint=localhost:0`,
+  and the cluster's `0.0.0.0:0`): the port is this reader's alone;
+- on IPC with the default `replayStreamId`: the replays go to a stream id of this reader's own, drawn at random
+  from `[PRIVATE_STREAM_ID_MIN, 2**31)` (`private_replay_stream_id`), since an IPC subscription has no port to
+  tell readers apart.
+Every image there is then one of this reader's replays, told apart by session id, and it is subscribed before
+the replay starts, so the archive sends at once. Elsewhere (IPC with a `replayStreamId` of the user's choice, a
+fixed UDP port), a subscription without a session filter would also join other readers' replays and hold them
+back, so each replay gets its own, filtered by its session id: its add is started as soon as the replay's
+answer is seen (`async_add_subscription`), and the range takes it over, already added, when its turn comes; the
+replay waits for it (as for any client that subscribes after the OK, within the archive's connect timeout).
 
 How much is in flight: at most `READ_AHEAD_REPLAYS` replays, and at most `READ_AHEAD_LOG_BYTES` of log buffers
 (three terms of the recording's term length, on each side of the hop): recordings with large terms get fewer
@@ -37,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -44,6 +50,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aeron_archive_spark.archive.channel import ChannelUri, add_session_id
+from aeron_archive_spark.archive.client.connection import REPLAY_STREAM_ID_DEFAULT
 from aeron_archive_spark.archive.client.pool import ArchiveLease, ConnectionPool, localize_channel
 from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
 from aeron_archive_spark.archive.native import NativeAeronError
@@ -66,7 +73,7 @@ READ_AHEAD_REPLAYS = 8
 READ_AHEAD_MAX_BYTES = 1024 * 1024
 # At most this much log buffer (3 terms per replay, counted once) in flight for replays asked for ahead.
 READ_AHEAD_LOG_BYTES = 64 * 1024 * 1024
-# A replay asked for ahead whose own subscription (IPC, fixed port) is not there this long after the request is
+# A replay asked for ahead whose own subscription (no shared one) is not there this long after the request is
 # asked for again: the archive fails a replay that nobody subscribes to within its connect timeout (5 s default).
 UNSUBSCRIBED_STALE_S = 1.0
 # Refused by the archive's concurrent replay limit: wait this long before asking again (up to the message timeout).
@@ -74,6 +81,9 @@ LIMIT_RETRY_SLEEP_S = 0.005
 # Waiting for an answer: sleep between polls once the first few found nothing.
 ANSWER_WAIT_YIELDS = 3
 ANSWER_WAIT_SLEEP_S = 0.0001
+# A read-ahead's own IPC replay stream id is drawn from [PRIVATE_STREAM_ID_MIN, 2**31): far from the small stream
+# ids applications choose; two readers on one media driver draw the same one with odds ~k**2 / 2**31.
+PRIVATE_STREAM_ID_MIN = 1 << 30
 
 
 def first_replay_limit(partition: ReadRange) -> int:
@@ -87,6 +97,11 @@ def has_wildcard_port(channel: str) -> bool:
     return uri.is_udp and (uri.get("endpoint") or "").endswith(":0")
 
 
+def private_replay_stream_id() -> int:
+    """A stream id for one reader's IPC replays (see the module docstring), from the OS's randomness."""
+    return PRIVATE_STREAM_ID_MIN + secrets.randbelow((1 << 31) - PRIVATE_STREAM_ID_MIN)
+
+
 @dataclass
 class _Requested:
     """A replay asked for ahead: its range, its length, the request's correlation id and, once answered, the
@@ -97,7 +112,7 @@ class _Requested:
     correlation_id: int
     replay_session_id: int | None = None
     refused_for_limit: bool = False
-    subscribing: PendingSubscription | None = None  # IPC / fixed port: its own subscription, being added
+    subscribing: PendingSubscription | None = None  # no shared subscription: its own, being added
     subscribed: Subscription | None = None  # ... and once added
     sent_at: float = 0.0  # time.monotonic() when asked for
 
@@ -125,7 +140,7 @@ class ReplayReadAhead:
         self._max_log_bytes = max_log_bytes
         self._in_flight: deque[_Requested] = deque()
         self._abandoned: list[PendingSubscription] = []  # subscriptions to close when their add completes
-        self.shared_port = False
+        self.shared_subscription = False  # one subscription for every replay (see the module docstring)
         self._lease: ArchiveLease | None = None
         self.archive: AeronArchive | None = None
         self.subscription: Subscription | None = None
@@ -163,9 +178,14 @@ class ReplayReadAhead:
         self.channel = localize_channel(connection.replay_channel, connection.control_channel)
         self.stream_id = connection.replay_stream_id
         self.request_channel = self.channel
+        if ChannelUri.parse(self.channel).is_ipc and self.stream_id == REPLAY_STREAM_ID_DEFAULT:
+            self.stream_id = private_replay_stream_id()
+            self.shared_subscription = True
+            self.subscription = self.archive.aeron.add_subscription("aeron:ipc", self.stream_id)
+            return
         if not has_wildcard_port(self.channel):
             return  # each range subscribes to its own replay (see the module docstring)
-        self.shared_port = True
+        self.shared_subscription = True
         self.subscription = self.archive.aeron.add_subscription(self.channel, self.stream_id)
         resolved = self.subscription.try_resolve_channel_endpoint_port(timeout_s=resolve_timeout_s)
         if resolved is None:
@@ -177,11 +197,11 @@ class ReplayReadAhead:
     def take(
         self, partition: ReadRange, position: int, length: int, timeout_s: float
     ) -> tuple[int, Subscription | None] | None:
-        """`partition`'s replay of `[position, position + length)`, asked for ahead, or None if it was not (the caller
-        then asks itself): its replaySessionId, and on IPC or a fixed port the subscription to it, which the caller
-        then owns (None on a shared port: the read-ahead's `subscription`). Ranges before it that were never taken
-        are given up (their replays stopped). Asks for the next ranges before it returns, so they are set up while
-        this one is read.
+        """`partition`'s replay of `[position, position + length)`, asked for ahead, or None if it was not (the
+        caller then asks itself): its replaySessionId, and without a shared subscription the subscription to it,
+        which the caller then owns (None on a shared subscription: the read-ahead's `subscription`). Ranges before
+        it that were never taken are given up (their replays stopped). Asks for the next ranges before it returns,
+        so they are set up while this one is read.
         """
         if not self.holds(partition):
             return None
@@ -222,7 +242,7 @@ class ReplayReadAhead:
             return None
         self._grow()
         self._subscribe_answered()
-        if self.shared_port:
+        if self.shared_subscription:
             return replay_session_id, None
         if requested.subscribed is None and time.monotonic() - requested.sent_at > UNSUBSCRIBED_STALE_S:
             # Left without a subscriber this long (the consumer paused), the replay may have failed its connect
@@ -245,9 +265,9 @@ class ReplayReadAhead:
             self._taken_since_back_off = 0
 
     def _subscribe_answered(self) -> None:
-        """IPC / fixed port: collect the answers that came for the replays in flight and start adding each one's
+        """No shared subscription: collect the answers that came for the replays in flight and start adding each one's
         own subscription, so it is there (and the replay under way) when its turn comes."""
-        if self.shared_port or self.archive is None:
+        if self.shared_subscription or self.archive is None:
             return
         for requested in self._in_flight:
             if requested.replay_session_id is None:
@@ -268,7 +288,7 @@ class ReplayReadAhead:
             self._settle(pending)
 
     def _start_subscribing(self, requested: _Requested) -> None:
-        if requested.subscribing is not None or self.shared_port or self.archive is None:
+        if requested.subscribing is not None or self.shared_subscription or self.archive is None:
             return
         assert requested.replay_session_id is not None
         channel = add_session_id(self.channel, to_int32(requested.replay_session_id))

@@ -11,12 +11,22 @@ from system.harness import Harness, payloads_of, wait_for
 from system.test_replay_fetch import connection, partition, record_stopped
 
 from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
+from aeron_archive_spark.archive.client.connection import REPLAY_STREAM_ID_DEFAULT
 from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
+from aeron_archive_spark.archive.native import AeronClient
 from aeron_archive_spark.archive.tables.read import read_ranges
 from aeron_archive_spark.archive.tables.replay_chunks import ReplayChunkSource
+from aeron_archive_spark.archive.tables.replay_read_ahead import PRIVATE_STREAM_ID_MIN
 from aeron_archive_spark.archive.tables.schema import row_schema
 
 CHANNELS = ["aeron:ipc", "aeron:udp?endpoint=localhost:0"]
+# (replayChannel, replayStreamId): IPC with the default stream id (one subscription on a stream of the reader's
+# own), IPC with a stream id the user chose (a subscription per replay), a wildcard UDP port (one subscription).
+CASES = [
+    pytest.param("aeron:ipc", REPLAY_STREAM_ID_DEFAULT, id="ipc-own-stream"),
+    pytest.param("aeron:ipc", 7701, id="ipc-given-stream"),
+    pytest.param("aeron:udp?endpoint=localhost:0", 7701, id="udp-wildcard"),
+]
 
 
 @pytest.fixture
@@ -77,11 +87,11 @@ def requests_sent_ahead(monkeypatch) -> list[int]:
     return sent
 
 
-@pytest.mark.parametrize("replay_channel", CHANNELS)
-def test_small_ranges_read_ahead_give_exactly_the_recorded_rows_in_order(harness, replay_channel,
+@pytest.mark.parametrize(("replay_channel", "replay_stream_id"), CASES)
+def test_small_ranges_read_ahead_give_exactly_the_recorded_rows_in_order(harness, replay_channel, replay_stream_id,
                                                                          requests_sent_ahead):
     recordings = small_recordings(harness, 14, 3301)
-    ranges = whole_ranges(recordings, connection(harness, replay_channel))
+    ranges = whole_ranges(recordings, connection(harness, replay_channel, replay_stream_id=replay_stream_id))
     assert rows_of(ranges) == expected_rows(recordings)
     assert len(requests_sent_ahead) == len(ranges)  # every range's replay was asked for ahead
     wait_for(lambda: no_replays_left(harness), timeout=10, what="no replay left on the archive")
@@ -89,10 +99,10 @@ def test_small_ranges_read_ahead_give_exactly_the_recorded_rows_in_order(harness
     assert rows_of(ranges) == expected_rows(recordings)
 
 
-@pytest.mark.parametrize("replay_channel", CHANNELS)
-def test_ranges_left_unread_have_their_replays_stopped(harness, replay_channel):
+@pytest.mark.parametrize(("replay_channel", "replay_stream_id"), CASES)
+def test_ranges_left_unread_have_their_replays_stopped(harness, replay_channel, replay_stream_id):
     recordings = small_recordings(harness, 10, 3302)
-    ranges = whole_ranges(recordings, connection(harness, replay_channel))
+    ranges = whole_ranges(recordings, connection(harness, replay_channel, replay_stream_id=replay_stream_id))
     source = ReplayChunkSource()
     source.read_ahead(ranges)
     try:
@@ -206,13 +216,16 @@ def test_stop_all_replays_also_answers_replays_still_being_set_up(harness):
 
 
 
-def test_a_consumer_pause_longer_than_the_archives_connect_timeout_loses_nothing(aeron_dir, tmp_path):
-    """On IPC each replay asked for ahead waits for its own subscription; if the consumer pauses for longer than
-    the archive's connect timeout, those replays fail in the archive, and the reader must ask again."""
+@pytest.mark.parametrize("replay_stream_id", [REPLAY_STREAM_ID_DEFAULT, 7701])
+def test_a_consumer_pause_longer_than_the_archives_connect_timeout_loses_nothing(aeron_dir, tmp_path,
+                                                                                replay_stream_id):
+    """On IPC with a given stream id each replay asked for ahead waits for its own subscription; if the consumer
+    pauses for longer than the archive's connect timeout, those replays fail in the archive, and the reader must
+    ask again. On the reader's own stream the replays are sent at once and wait, whole, in their images."""
     h = Harness(aeron_dir, str(tmp_path / "archive"), connect_timeout_ns=500_000_000)
     try:
         recordings = small_recordings(h, 6, 3307)
-        ranges = whole_ranges(recordings, connection(h, "aeron:ipc"))
+        ranges = whole_ranges(recordings, connection(h, "aeron:ipc", replay_stream_id=replay_stream_id))
         source = ReplayChunkSource()
         source.read_ahead(ranges)
         try:
@@ -232,7 +245,9 @@ def test_a_consumer_pause_longer_than_the_archives_connect_timeout_loses_nothing
 
 _KILLED_READER = r"""
 import json, sys, time
+from aeron_archive_spark.archive.native import AeronClient
 from aeron_archive_spark.archive.tables.replay_chunks import ReplayChunkSource
+from aeron_archive_spark.archive.tables.replay_read_ahead import PRIVATE_STREAM_ID_MIN
 from aeron_archive_spark.connector.source.batch_reader import AeronArchiveBatchReader
 from aeron_archive_spark.connector.source.schema import FIXED_FIELDS
 
@@ -250,8 +265,9 @@ print("done", flush=True)
 """
 
 
-@pytest.mark.parametrize("replay_channel", CHANNELS)
-def test_a_reader_killed_mid_read_ahead_leaves_nothing_behind_on_the_archive(tmp_path, replay_channel):
+@pytest.mark.parametrize(("replay_channel", "replay_stream_id"), CASES)
+def test_a_reader_killed_mid_read_ahead_leaves_nothing_behind_on_the_archive(tmp_path, replay_channel,
+                                                                             replay_stream_id):
     """kill -9 a reader with replays asked for ahead: the archive ends its control session and every replay (in
     flight, waiting for a subscriber, or being set up) once the media driver declares the client dead, and goes
     on serving."""
@@ -266,13 +282,14 @@ def test_a_reader_killed_mid_read_ahead_leaves_nothing_behind_on_the_archive(tmp
                                                                   "AERON_TIMER_INTERVAL": "20ms"}) as driver:
         h = Harness(driver.aeron_dir, str(tmp_path / "archive"))
         try:
-            base = 3308 if replay_channel == CHANNELS[0] else 3309
+            base = {REPLAY_STREAM_ID_DEFAULT: 3310, 7701: 3308}[replay_stream_id] + (replay_channel != CHANNELS[0])
             recordings = small_recordings(h, 40, base, big=True)
             conductor = h.archive.conductor
             sessions_before = len(conductor._control_sessions)
             options = {"aeronDir": h.aeron_dir, "controlChannel": h.ctx.local_control_channel,
                        "controlStreamId": str(h.ctx.local_control_stream_id),
                        "controlResponseChannel": "aeron:ipc", "replayChannel": replay_channel,
+                       "replayStreamId": str(replay_stream_id),
                        "recordingIds": ",".join(str(d.recording_id) for d, _ in recordings)}
             proc = subprocess.Popen([sys.executable, "-c", _KILLED_READER, json.dumps(options)],
                                     stdout=subprocess.PIPE, text=True)
@@ -290,7 +307,39 @@ def test_a_reader_killed_mid_read_ahead_leaves_nothing_behind_on_the_archive(tmp
             wait_for(lambda: no_replays_left(h) and len(conductor._control_sessions) <= sessions_before,
                      timeout=30, what="the killed reader's replays and control session ended")
             # The archive goes on serving: the same ranges read whole in this process.
-            ranges = whole_ranges(recordings, connection(h, replay_channel))
+            ranges = whole_ranges(recordings, connection(h, replay_channel, replay_stream_id=replay_stream_id))
             assert rows_of(ranges) == expected_rows(recordings)
         finally:
             h.close()
+
+
+def test_on_ipc_with_the_default_stream_id_one_subscription_on_a_stream_of_its_own_serves_every_replay(
+        harness, monkeypatch):
+    """No subscription per replay: every request names one stream id of this reader's own, not the default."""
+    recordings = small_recordings(harness, 8, 3312)
+    streams: list[int] = []
+    per_replay: list[str] = []
+    original_send = AeronArchive.send_replay_request
+    original_async = AeronClient.async_add_subscription
+
+    def send(self, recording_id, position, length, channel, stream_id):
+        streams.append(stream_id)
+        return original_send(self, recording_id, position, length, channel, stream_id)
+
+    def async_add(self, channel, stream_id):
+        per_replay.append(channel)
+        return original_async(self, channel, stream_id)
+
+    monkeypatch.setattr(AeronArchive, "send_replay_request", send)
+    monkeypatch.setattr(AeronClient, "async_add_subscription", async_add)
+    conn = connection(harness, "aeron:ipc", replay_stream_id=REPLAY_STREAM_ID_DEFAULT)
+    ranges = whole_ranges(recordings, conn)
+    assert rows_of(ranges) == expected_rows(recordings)
+    assert len(streams) == len(ranges) and len(set(streams)) == 1
+    assert streams[0] >= PRIVATE_STREAM_ID_MIN
+    assert per_replay == []
+    # A second read draws another stream.
+    streams.clear()
+    assert rows_of(ranges) == expected_rows(recordings)
+    assert len(set(streams)) == 1 and streams[0] >= PRIVATE_STREAM_ID_MIN
+    wait_for(lambda: no_replays_left(harness), timeout=10, what="no replay left on the archive")
