@@ -7,7 +7,10 @@ same Spark session, alternated, `--repeat` times each:
   and the number of partitions it plans;
 - total: `spark.read.format("aeron-archive")...write.format("noop")`, planning included;
 for `archiveDir` (segment files) and the replay path (no `archiveDir`: bounded replays through the archive).
-Printed: medians, and the ratio N small / one (the target is <= 2). Never timed assertions.
+Printed: medians, and the ratio N small / one (the target is <= 2). Never timed assertions. Each timed run is also
+charged the CPU seconds every process on the machine spent inside it (`/proc`, reaped children included), split
+into this process (the archive and its media driver), Spark's JVM and its Python workers: on two shared cores the
+total decides the time.
 
 Run: `bash ci/bench.sh many_recordings [--recordings N] [--rows-per R] [--payload B] [--repeat K]
 [--paths archiveDir,replay] [--open-cost BYTES]` (`--paths archiveDir`: only the segment-file path; `--open-cost`:
@@ -23,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 
 from aeron_archive_spark.archive.constants import RecordingSignal, SourceLocation
@@ -32,6 +36,37 @@ from tests.system.harness import Harness, wait_for
 TERM_LENGTH = 64 * 1024
 MANY_STREAM = 3001
 ONE_STREAM = 3002
+
+
+CPU_GROUPS = ("archive", "jvm", "python workers", "other")
+
+
+def cpu_by_group() -> Counter[str]:
+    """CPU seconds so far of every process, by group (utime + stime, plus those of reaped children)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    me = os.getpid()
+    out: Counter[str] = Counter()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:  # exited meanwhile
+            continue
+        program = cmdline.split(b"\0", 1)[0]
+        if int(entry) == me:
+            group = "archive"
+        elif program.endswith(b"java"):
+            group = "jvm"
+        elif b"python" in program and b"pyspark" in cmdline:
+            group = "python workers"
+        else:
+            group = "other"
+        out[group] += sum(int(v) for v in fields[11:15]) / ticks
+    return out
 
 
 def record_many(h: Harness, count: int, rows: int, payload: bytes) -> str:
@@ -160,9 +195,13 @@ def main() -> None:
                 figures = results.setdefault(name, {"plan": [], "total": []})
                 seconds, partitions[name] = plan(options)
                 figures["plan"].append(seconds)
+                cpu_before = cpu_by_group()
                 began = time.perf_counter()
                 total(options)()
                 figures["total"].append(time.perf_counter() - began)
+                cpu_after = cpu_by_group()
+                for group in CPU_GROUPS:
+                    figures.setdefault(f"cpu {group}", []).append(cpu_after[group] - cpu_before[group])
     finally:
         h.close()
         driver.close()
@@ -177,6 +216,10 @@ def main() -> None:
         med[name] = {k: statistics.median(v) for k, v in figures.items()}
         print(f"{name:<18} {partitions[name]:>10} {med[name]['plan']:>9.3f} {med[name]['total']:>9.3f}   "
               f"(total of each run: {', '.join(f'{t:.3f}' for t in figures['total'])})")
+    print(f"\nCPU s per run (medians): {', '.join(CPU_GROUPS)}, total")
+    for name in results:
+        cpu = [med[name][f"cpu {group}"] for group in CPU_GROUPS]
+        print(f"{name:<18} " + " ".join(f"{v:>8.3f}" for v in cpu) + f" {sum(cpu):>8.3f}")
     for path in paths:
         ratio = med[f"{path} many"]["total"] / med[f"{path} one"]["total"]
         print(f"{path}: {args.recordings} small / one, total time: {ratio:.2f}x")
