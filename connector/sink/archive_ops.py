@@ -8,6 +8,7 @@ business: a commit leases its control session from the process's connection pool
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,6 +45,26 @@ log = logging.getLogger(__name__)
 
 # Parameters that pin a publication to one session or start position; an extend channel sets its own.
 SESSION_PARAMS = ("session_id", "init_term_id", "term_id", "term_offset")
+
+
+# Aeron's default `publication-reserved-session-id-high`: session ids above it are never handed out from the
+# reserved range, and ids a media driver hands out itself clash with a chosen one only by chance (then adding the
+# publication fails, naming the clash, and the commit fails and is retried).
+RESERVED_SESSION_ID_HIGH = 1000
+
+
+def own_session_id() -> int:
+    """A random session id for a publication the archive is asked to record before the publication exists.
+
+    Asking first and adding the publication second is Aeron's own order for an extend: over UDP the
+    publication's first setup frame then finds the archive's subscription and the image links at once.
+    """
+    return RESERVED_SESSION_ID_HIGH + 1 + secrets.randbelow((1 << 31) - 1 - RESERVED_SESSION_ID_HIGH)
+
+
+def _given_session_id(channel: str) -> int | None:
+    value = ChannelUri.parse(channel).get("session-id")
+    return int(value) if value is not None else None
 
 
 # -- the archive session ---------------------------------------------------------------------------------------
@@ -106,6 +127,10 @@ class OpenRecording:
     channel: str
     confirmed: bool  # the archive's START/EXTEND signal for this subscription has been seen
 
+    @property
+    def session_id(self) -> int:
+        return self.publication.session_id
+
 
 class ArchiveOps:
     """The archive requests a commit needs, each waiting for its signal with the publish timeout."""
@@ -162,26 +187,26 @@ class ArchiveOps:
         return str(uri)
 
     def open_new(
-        self, channel: str, stream_id: int, before_start: Callable[[ExclusivePublication, str], None] | None = None
+        self, channel: str, stream_id: int, before_start: Callable[[int, str], None] | None = None
     ) -> OpenRecording:
         """Start a new recording of a new exclusive publication.
 
-        `before_start(publication, channel)` runs once the publication (and so its session id) exists and before
-        the archive is asked to record it: the sink notes the session id in its log there, so that a commit that
-        dies before it can note the new recording's id leaves a recording its successor can find and adopt.
+        `before_start(session_id, channel)` runs once the publication's session id is chosen and before the
+        archive is asked to record it: the sink notes the session id in its log there, so that a commit that dies
+        before it can note the new recording's id leaves a recording its successor can find and adopt.
         """
         publication_channel = self._publication_channel(channel)
-        publication = self.archive.aeron.add_exclusive_publication(publication_channel, stream_id)
+        given = _given_session_id(publication_channel)
+        session_id = given if given is not None else own_session_id()
+        if before_start is not None:
+            before_start(session_id, publication_channel)
+        recorded_channel = add_session_id(publication_channel, session_id)
+        self.signals.clear()
+        subscription_id = self.archive.start_recording(
+            recorded_channel, stream_id, self.source_location, auto_stop=True
+        )
+        publication = self._add_recorded_publication(recorded_channel, stream_id, subscription_id)
         try:
-            if before_start is not None:
-                before_start(publication, publication_channel)
-            self.signals.clear()
-            subscription_id = self.archive.start_recording(
-                add_session_id(publication_channel, publication.session_id),
-                stream_id,
-                self.source_location,
-                auto_stop=True,
-            )
             event = self._await_signal(
                 "START", lambda e: e.signal == RecordingSignal.START and e.subscription_id == subscription_id
             )
@@ -199,35 +224,76 @@ class ArchiveOps:
             publication, subscription_id, event.recording_id, event.position, publication_channel, True
         )
 
-    def open_extend(self, descriptor: RecordingDescriptor, base_channel: str) -> OpenRecording:
+    def open_extend(
+        self, descriptor: RecordingDescriptor, base_channel: str, session_id: int | None = None
+    ) -> OpenRecording:
         """Extend a stopped recording; returns as soon as the archive accepted the request.
 
-        Publishing may start at once: an IPC/spy image joins at the publication's position when the archive's
-        subscription links, and offers before that are refused (NOT_CONNECTED), so nothing is lost; the EXTEND
+        Publishing may start at once: the image joins at the publication's position when it links with the
+        archive's subscription, and offers before that are refused (NOT_CONNECTED), so nothing is lost; the EXTEND
         signal (or an INVALID_EXTENSION error) is checked before the commit completes, in `confirm`.
+        `session_id`: the publication's (one the caller noted in its log), else a new one.
         """
         recording_id = descriptor.recording_id
         base = str(ChannelUri.parse(base_channel).with_params(**dict.fromkeys(SESSION_PARAMS)))
         channel = self._publication_channel(AeronArchive.extend_channel(base, descriptor))
-        publication = self.archive.aeron.add_exclusive_publication(channel, descriptor.stream_id)
-        try:
-            if publication.position != descriptor.stop_position:
-                raise SinkError(
-                    f"extend publication for recording {recording_id} starts at {publication.position}, "
-                    f"not at the recording's stop position {descriptor.stop_position}"
-                )
-            self.signals.clear()
-            subscription_id = self.archive.extend_recording(
-                recording_id,
-                add_session_id(channel, publication.session_id),
-                descriptor.stream_id,
-                self.source_location,
-                auto_stop=True,
-            )
-        except BaseException:
+        recorded_channel = add_session_id(channel, session_id if session_id is not None else own_session_id())
+        self.signals.clear()
+        subscription_id = self.archive.extend_recording(
+            recording_id, recorded_channel, descriptor.stream_id, self.source_location, auto_stop=True
+        )
+        publication = self._add_recorded_publication(recorded_channel, descriptor.stream_id, subscription_id)
+        if publication.position != descriptor.stop_position:
             publication.close()
-            raise
+            self._stop_quietly(subscription_id)
+            raise SinkError(
+                f"extend publication for recording {recording_id} starts at {publication.position}, "
+                f"not at the recording's stop position {descriptor.stop_position}"
+            )
         return OpenRecording(publication, subscription_id, recording_id, descriptor.stop_position, channel, False)
+
+    def _add_recorded_publication(self, channel: str, stream_id: int, subscription_id: int) -> ExclusivePublication:
+        """The publication the archive was just asked to record (its subscription exists: the publication's first
+        setup frame reaches it, so the image links at once, not on the sender's setup retry 100 ms later)."""
+        try:
+            return self.archive.aeron.add_exclusive_publication(channel, stream_id)
+        except BaseException:
+            self._stop_quietly(subscription_id)
+            raise
+
+    def stop_orphans(
+        self, stream_id: int, *, alias: str | None = None, session_id: int | None = None, keep: int = -1
+    ) -> int:
+        """Stop the archive's recording subscriptions on `stream_id` whose channel has exactly this `alias` (or
+        `session_id`), but `keep`: ones a commit that died asked for before its publication existed, which no
+        publication will ever reach. Returns how many were stopped."""
+        fragment = f"alias={alias}" if alias is not None else f"session-id={session_id}"
+        stopped = 0
+        for found in self.archive.list_recording_subscriptions(0, 1000, fragment, stream_id, True):
+            uri = ChannelUri.parse(found.stripped_channel)
+            if found.subscription_id == keep or (
+                uri.get("alias") != alias
+                if alias is not None
+                else _given_session_id(found.stripped_channel) != session_id
+            ):
+                continue
+            log.warning(
+                "stopping recording subscription %d (%s stream %d): left by a commit that died before its "
+                "publication existed",
+                found.subscription_id,
+                found.stripped_channel,
+                stream_id,
+            )
+            self._stop_quietly(found.subscription_id)
+            stopped += 1
+        return stopped
+
+    def _stop_quietly(self, subscription_id: int) -> None:
+        """Stop a recording subscription that will never see its publication (best effort)."""
+        try:
+            self.archive.try_stop_recording_subscription(subscription_id)
+        except Exception as ex:
+            log.warning("could not stop recording subscription %d: %s", subscription_id, ex)
 
     def confirm(self, opened: OpenRecording) -> None:
         """Wait for the EXTEND signal of an extend started by `open_extend` (raises on INVALID_EXTENSION)."""

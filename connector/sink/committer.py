@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,6 @@ import pyarrow as pa
 
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
 from aeron_archive_spark.archive.exceptions import ArchiveDisconnectedError, ArchiveError, ArchiveTimeoutError
-from aeron_archive_spark.archive.native import ExclusivePublication
 from aeron_archive_spark.archive.storage import frames
 from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts
 from aeron_archive_spark.archive.tables.read import read_batches
@@ -44,6 +44,7 @@ from aeron_archive_spark.connector.sink.archive_ops import (
     OpenRecording,
     SignalLog,
     lease_archive,
+    own_session_id,
 )
 from aeron_archive_spark.connector.sink.batch_map import BatchEntry
 from aeron_archive_spark.connector.sink.errors import SinkError
@@ -241,6 +242,8 @@ def recover(
     taken back. Otherwise truncate back to where it started and log the rollback.
     """
     descriptor = ops.descriptor(pending.recording_id, f"pending commit of batch {pending.batch_id}")
+    if pending.session_id and not descriptor.is_active:  # it may have died between its extend and publication
+        ops.stop_orphans(descriptor.stream_id, session_id=pending.session_id)
     if descriptor.is_active:
         log.warning(
             "recording %d is still active after an interrupted commit of batch %d: stopping it",
@@ -358,24 +361,25 @@ def _publish(
                 held,
                 BatchEntry(batch_id, recording_id, descriptor.stop_position, descriptor.stop_position, 0, 0, now),
             )
-        held.append(Pending(batch_id, recording_id, descriptor.stop_position, now).to_json())
-        opened = ops.open_extend(descriptor, options.channel or descriptor.original_channel)
+        session_id = own_session_id()
+        held.append(Pending(batch_id, recording_id, descriptor.stop_position, now, session_id).to_json())
+        opened = ops.open_extend(descriptor, options.channel or descriptor.original_channel, session_id)
     else:
         assert options.channel is not None and options.stream_id is not None
         stream_id = options.stream_id
 
-        def note_creating(publication: ExclusivePublication, channel: str) -> None:
-            held.append(Creating(publication.session_id, stream_id, channel, now).to_json())
+        def note_creating(session_id: int, channel: str) -> None:
+            held.append(Creating(session_id, stream_id, channel, now).to_json())
 
         opened = ops.open_new(options.channel, stream_id, note_creating)
         try:
             faults.check("after-start", batchId=batch_id)
             held.append(SinkTarget(opened.recording_id, True, options.stream_id, kind, held.identity, now).to_json())
-            held.append(Pending(batch_id, opened.recording_id, opened.start_position, now).to_json())
+            held.append(Pending(batch_id, opened.recording_id, opened.start_position, now, opened.session_id).to_json())
         except BaseException:
             opened.publication.close()
             raise
-    pending = Pending(batch_id, opened.recording_id, opened.start_position, now)
+    pending = Pending(batch_id, opened.recording_id, opened.start_position, now, opened.session_id)
     return _publish_and_record(ops, held, opened, staged, pending, rows, payload)
 
 
@@ -436,7 +440,9 @@ def _publish_rest(
         )
     opened = None
     if resume.rows < rows:
-        opened = ops.open_extend(descriptor, options.channel or descriptor.original_channel)
+        session_id = own_session_id()  # noted first, as for any extend (see `recover`)
+        held.append(replace(pending, session_id=session_id).to_json())
+        opened = ops.open_extend(descriptor, options.channel or descriptor.original_channel, session_id)
     return _publish_and_record(ops, held, opened, staged, pending, rows, payload, resume.rows, resume.position)
 
 
@@ -454,6 +460,7 @@ def _adopt(ops: ArchiveOps, held: HeldLog, creating: Creating, kind: str, now: i
         if d.session_id == creating.session_id and d.stream_id == creating.stream_id
     ]
     if not candidates:
+        ops.stop_orphans(creating.stream_id, session_id=creating.session_id)
         log.info(
             "interrupted creation of %s's recording (session %d) never reached the archive: starting a new one",
             held.identity,

@@ -7,7 +7,7 @@ holding one JSON object:
 
     {"t": "creating", "sessionId", "streamId", "channel", "startedAt"}
     {"t": "target",   "recordingId", "createdBySink", "streamId", "kind", "sink", "createdAt"}
-    {"t": "pending",  "batchId", "recordingId", "startPosition", "startedAt"}
+    {"t": "pending",  "batchId", "recordingId", "startPosition", "startedAt", "sessionId" (optional)}
     {"t": "commit",   "batchId", "recordingId", "startPosition", "stopPosition", "rows", "payloadBytes",
                       "committedAt"}
     {"t": "rollback", "batchId", "recordingId", "position"}
@@ -164,21 +164,30 @@ class Creating:
 
 @dataclass(frozen=True, slots=True)
 class Pending:
-    """A commit that started publishing: the recording may hold data past start_position that is not committed."""
+    """A commit that started publishing: the recording may hold data past start_position that is not committed.
+
+    `session_id`: the session id of the publication the commit asked the archive to record (0 in logs written
+    before it was noted), so that the next commit can stop the archive's subscription for it if the commit died
+    after asking and before its publication existed.
+    """
 
     batch_id: int
     recording_id: int
     start_position: int
     started_at: int
+    session_id: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        record: dict[str, Any] = {
             "t": "pending",
             "batchId": self.batch_id,
             "recordingId": self.recording_id,
             "startPosition": self.start_position,
             "startedAt": self.started_at,
         }
+        if self.session_id:
+            record["sessionId"] = self.session_id
+        return record
 
 
 def rollback_record(pending: Pending) -> dict[str, Any]:
@@ -246,6 +255,7 @@ class LogState:
                     int(record["recordingId"]),
                     int(record["startPosition"]),
                     int(record.get("startedAt", 0)),
+                    int(record.get("sessionId", 0)),
                 )
             elif kind == "commit":
                 entry = BatchEntry.from_json(record)
@@ -686,6 +696,7 @@ def acquire(ops: ArchiveOps, key: str, identity: str, base_channel: str, lock_ti
         try:
             opened = ops.open_extend(descriptor, descriptor.original_channel)
             ops.confirm(opened)
+            ops.stop_orphans(SINK_LOG_STREAM_ID, alias=log_alias(key, generation), keep=opened.subscription_id)
         except (ArchiveError, SinkError) as ex:
             if time.monotonic() > deadline:
                 raise SinkError(f"cannot take sink log recording {descriptor.recording_id} ({identity}): {ex}") from ex

@@ -450,3 +450,96 @@ def test_batch_writes_take_the_next_batch_id(harness, tmp_path):
     e2 = commit_batch(streaming, messages, 2, "2", True)
     assert e2.recording_id != e0.recording_id and [e.batch_id for e in batch_map(streaming)] == [2]
 
+
+
+@pytest.mark.parametrize(
+    "channel", ["aeron:ipc?term-length=65536", "aeron:udp?endpoint=localhost:24325|term-length=65536"]
+)
+def test_the_archive_records_a_session_before_its_publication_is_added(harness, tmp_path, monkeypatch, channel):
+    # Aeron's order for an extend: ask the archive to record first, add the publication second. Over UDP the
+    # publication's first setup frame then finds the archive's subscription (the other way round, the image links
+    # only on the sender's setup retry, 100 ms later, twice per commit: the log and the target).
+    from aeron_archive_spark.archive.channel import ChannelUri
+    from aeron_archive_spark.archive.native.client import AeronClient
+    from aeron_archive_spark.connector.sink.sink_log import SINK_LOG_STREAM_ID
+
+    options = sink_options(harness, str(tmp_path / "chk"), channel=channel)
+    added: list[tuple[int, bool]] = []
+    original = AeronClient.add_exclusive_publication
+
+    def add_exclusive_publication(self, publication_channel, stream_id):
+        if stream_id not in (options.stream_id, SINK_LOG_STREAM_ID):  # the control session's own publication
+            return original(self, publication_channel, stream_id)
+        session = int(ChannelUri.parse(publication_channel).get("session-id"))
+        listed = harness.client.list_recording_subscriptions(0, 100, f"session-id={session}", stream_id, True)
+        added.append((session, any(f"session-id={session}" in s.stripped_channel for s in listed)))
+        return original(self, publication_channel, stream_id)
+
+    monkeypatch.setattr(AeronClient, "add_exclusive_publication", add_exclusive_publication)
+    expected = []
+    for batch in range(2):
+        messages, rows = stage_batch(options, batch)
+        commit_batch(options, messages, batch, str(batch), True)
+        expected += rows
+    # batch 0: the new log, the new target; batch 1: the log's and the target's extends
+    assert len(added) == 4 and all(subscribed for _, subscribed in added), added
+    assert len({session for session, _ in added}) == 4
+    entries = batch_map(options)
+    assert replay_recording(harness.client, entries[-1].recording_id) == expected
+
+
+def test_subscriptions_left_by_a_commit_that_died_before_its_publications_are_stopped(harness, tmp_path, caplog):
+    # A commit killed between asking the archive to extend (the log, or the target after noting `pending` with its
+    # session id) and adding the publication leaves archive subscriptions no publication will ever reach: the
+    # next commit stops them, and recovers the batch as any interrupted one.
+    from aeron_archive_spark.archive.channel import add_session_id
+    from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
+    from aeron_archive_spark.connector.sink.archive_ops import ArchiveOps, SignalLog, lease_archive, own_session_id
+    from aeron_archive_spark.connector.sink.sink_log import (
+        SINK_LOG_STREAM_ID,
+        Pending,
+        acquire,
+        log_alias,
+        sink_identity,
+        sink_key,
+    )
+
+    options = sink_options(harness, str(tmp_path / "chk"))
+    messages0, rows0 = stage_batch(options, 0)
+    entry0 = commit_batch(options, messages0, 0, "0", True)
+    target = harness.client.list_recording(entry0.recording_id)
+    identity = sink_identity(True, options.checkpoint_location, None, None, None)
+    key = sink_key(identity)
+    target_session, log_session = own_session_id(), own_session_id()
+    signals = SignalLog()
+    lease, archive = lease_archive(options.connection, signals, True)
+    with lease:
+        ops = ArchiveOps(archive, signals, options)
+        held = acquire(ops, key, identity, options.channel, 30)
+        held.append(Pending(1, target.recording_id, target.stop_position, 0, target_session).to_json())
+        archive.extend_recording(
+            target.recording_id,
+            add_session_id(AeronArchive.extend_channel(options.channel, target), target_session),
+            target.stream_id, ops.source_location, auto_stop=True,
+        )
+        held.release()
+        log_descriptor = archive.list_recording(held.recording_id)
+        archive.extend_recording(
+            held.recording_id,
+            add_session_id(AeronArchive.extend_channel(log_descriptor.original_channel, log_descriptor), log_session),
+            SINK_LOG_STREAM_ID, ops.source_location, auto_stop=True,
+        )
+
+    def left(fragment, stream_id):
+        return [s for s in harness.client.list_recording_subscriptions(0, 100, fragment, stream_id, True)]
+
+    assert len(left(f"session-id={target_session}", options.stream_id)) == 1
+    assert len(left(f"alias={log_alias(key)}", SINK_LOG_STREAM_ID)) == 1
+    messages1, rows1 = stage_batch(options, 1)
+    with caplog.at_level(logging.WARNING, logger="aeron_archive_spark.connector.sink.archive_ops"):
+        commit_batch(options, messages1, 1, "1", True)
+    assert caplog.text.count("left by a commit that died before its publication existed") == 2
+    assert left(f"session-id={target_session}", options.stream_id) == []
+    assert left(f"alias={log_alias(key)}", SINK_LOG_STREAM_ID) == []
+    assert replay_recording(harness.client, target.recording_id) == rows0 + rows1
+    assert [e.batch_id for e in batch_map(options)] == [0, 1]
