@@ -48,7 +48,7 @@ from aeron_archive_spark.archive.channel import ChannelUri
 from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
 from aeron_archive_spark.archive.client.connection import ConnectionOptions
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
-from aeron_archive_spark.archive.exceptions import ArchiveError
+from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
 from aeron_archive_spark.archive.native import ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED
 from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts
 from aeron_archive_spark.archive.tables.read import read_batches
@@ -646,6 +646,16 @@ def _purge_quietly(ops: ArchiveOps, recording_id: int, why: str) -> None:
         log.info("sink log recording %d (%s) not purged now: %s", recording_id, why, ex)
 
 
+# Refusals that waiting for another committer to release the log cannot cure: the commit fails at once.
+UNRETRIED_ERRORS = frozenset(
+    {
+        ErrorCode.STORAGE_SPACE,
+        ErrorCode.MAX_RECORDINGS,
+        ErrorCode.UNAUTHORISED_ACTION,
+    }
+)
+
+
 def acquire(ops: ArchiveOps, key: str, identity: str, base_channel: str, lock_timeout_s: float) -> HeldLog:
     """Own the sink's log for one commit: create it, or extend it once no other committer holds it.
 
@@ -698,6 +708,11 @@ def acquire(ops: ArchiveOps, key: str, identity: str, base_channel: str, lock_ti
             ops.confirm(opened)
             ops.stop_orphans(SINK_LOG_STREAM_ID, alias=log_alias(key, generation), keep=opened.subscription_id)
         except (ArchiveError, SinkError) as ex:
+            if isinstance(ex, ArchiveError) and ex.error_code in UNRETRIED_ERRORS:
+                raise SinkError(
+                    f"cannot extend sink log recording {descriptor.recording_id} ({identity}): {ex} "
+                    f"({ops.options.connection.describe()})"
+                ) from ex
             if time.monotonic() > deadline:
                 raise SinkError(f"cannot take sink log recording {descriptor.recording_id} ({identity}): {ex}") from ex
             log.info("sink log recording %d not taken (%s): retrying", descriptor.recording_id, ex)

@@ -543,3 +543,25 @@ def test_subscriptions_left_by_a_commit_that_died_before_its_publications_are_st
     assert left(f"alias={log_alias(key)}", SINK_LOG_STREAM_ID) == []
     assert replay_recording(harness.client, target.recording_id) == rows0 + rows1
     assert [e.batch_id for e in batch_map(options)] == [0, 1]
+
+
+def test_an_archive_out_of_storage_fails_the_commit_at_once(harness, tmp_path, monkeypatch):
+    # Waiting for another committer to release the sink's log cannot cure a full disk: the commit fails at once,
+    # naming the refusal, instead of retrying for the lock timeout (10 minutes).
+    import collections
+
+    from aeron_archive_spark.archive.server import conductor
+
+    options = sink_options(harness, str(tmp_path / "chk"))
+    messages, _ = stage_batch(options, 0)
+    commit_batch(options, messages, 0, "0", True)
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(conductor.shutil, "disk_usage", lambda path: usage(1 << 30, 1 << 30, 0))
+    messages, _ = stage_batch(options, 1)
+    started = time.monotonic()
+    with pytest.raises(SinkError, match="STORAGE_SPACE"):
+        commit_batch(options, messages, 1, "1", True)
+    assert time.monotonic() - started < 60  # not the 600 s lock timeout
+    monkeypatch.undo()
+    commit_batch(options, messages, 1, "1", True)
+    assert [e.batch_id for e in batch_map(options)] == [0, 1]
