@@ -29,6 +29,15 @@ SINK_OPTIONS = OptionTable(
             "local if the archive is on this host (IPC or loopback control channel), else remote",
         ),
         OptionSpec(
+            "taskResultCompression",
+            choice_parser("lz4", "zstd", "none"),
+            "lz4",
+            Mode.WRITE,
+            "how executors compress the rows they hand to the driver in Spark's task results (Arrow IPC buffer "
+            "compression); the recording is never compressed",
+            "lz4",
+        ),
+        OptionSpec(
             "publishTimeout",
             parse_duration_ms,
             30_000,

@@ -61,6 +61,7 @@ class AeronArchiveBatchWriter(DataSourceArrowWriter):
             self.label,
             context.partitionId(),
             context.attemptNumber(),
+            self.options.task_result_compression,
         )
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:

@@ -39,6 +39,7 @@ class SinkOptions:
     publish_timeout_s: float
     sbe_schema: str | None
     sbe_message: str | None
+    task_result_compression: str | None = "lz4"  # Arrow IPC codec of the commit messages; None: uncompressed
 
     def target_text(self) -> str:
         """The target as the user wrote it, for error messages."""
@@ -102,6 +103,7 @@ def parse_sink_options(options: Mapping[str, Any], streaming: bool) -> SinkOptio
         # The XML text, read on the driver: executors encode with it and need no copy of the file.
         sbe_schema=None if parsed.get("sbeSchema") is None else _schema_text(parsed["sbeSchema"]),
         sbe_message=parsed.get("sbeMessage"),
+        task_result_compression=None if parsed["taskResultCompression"] == "none" else parsed["taskResultCompression"],
     )
 
 

@@ -56,6 +56,7 @@ class AeronArchiveStreamWriter(DataSourceStreamArrowWriter):
             str(int(batch_id)),
             context.partitionId(),
             context.attemptNumber(),
+            self.options.task_result_compression,
         )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

@@ -15,8 +15,12 @@ Figures are MB/s of value bytes over the action's wall time (Spark application s
 `--reps` runs. The machine has 2 cores for every JVM, Python worker, media driver and the archive of all hosts, so
 compare ratios taken in one run, never absolute figures.
 
+Values: a fixed pattern by default, which the sink's LZ4-compressed commit messages shrink ~20x; with
+`--random-values`, incompressible bytes (what compression cannot help). Run both before drawing conclusions.
+
 Run (root; brings the topology up if it is not, and down again unless it was up):
-`python -m tests.benchmarks.bench_cluster [--rows N] [--reps N]`, or `bash ci/bench.sh cluster ...`.
+`python -m tests.benchmarks.bench_cluster [--rows N] [--reps N] [--random-values]`, or
+`bash ci/bench.sh cluster ...`.
 """
 
 from __future__ import annotations
@@ -82,14 +86,15 @@ def sink_job(config: dict[str, Any]) -> dict[str, Any]:
     if config.get("stagingOptions"):
         sinks.append(("bench-staging-recordings", config["stagingOptions"]))
     warm = max(batch_rows // 2, 1)
+    kind = config.get("valueKind", "pattern")
     for sink, options in sinks:
-        run_query(spark, sink, options, VALUE_SIZE, warm, warm, work)
+        run_query(spark, sink, options, VALUE_SIZE, warm, warm, work, kind)
     seconds: dict[str, list[float]] = {sink: [] for sink, _ in sinks}
     intervals: dict[str, list[list[float]]] = {sink: [] for sink, _ in sinks}
     for _ in range(config["reps"]):
         for sink, options in sinks:
             wall = time.time()
-            seconds[sink].append(run_query(spark, sink, options, VALUE_SIZE, rows, batch_rows, work).seconds)
+            seconds[sink].append(run_query(spark, sink, options, VALUE_SIZE, rows, batch_rows, work, kind).seconds)
             intervals[sink].append([wall, time.time()])
     connection = ConnectionOptions(
         aeron_dir=config["sinkOptions"].get("aeronDir"), control_channel=config["sinkOptions"]["controlChannel"]
@@ -262,6 +267,12 @@ def main(argv: list[str] | None = None) -> int:
         help="mtu of the sink's channels (Aeron's default 1408): the recording, and so its replays, keep it",
     )
     parser.add_argument(
+        "--random-values",
+        action="store_true",
+        help="incompressible values (the default is a fixed pattern that compresses ~20x: the sink's commit "
+        "messages are LZ4-compressed)",
+    )
+    parser.add_argument(
         "--staging",
         action="store_true",
         help="also time issue 10's other sink design (executors publish to per-task staging recordings)",
@@ -289,7 +300,12 @@ def main(argv: list[str] | None = None) -> int:
             "channel": f"aeron:ipc?term-length=16m{mtu}",
             "streamId": "9200",
         }
-        common = {"rows": args.rows, "batchRows": args.batch_rows, "reps": args.reps}
+        common = {
+            "rows": args.rows,
+            "batchRows": args.batch_rows,
+            "reps": args.reps,
+            "valueKind": "random" if args.random_values else "pattern",
+        }
         with CpuSampler(topology) as sampler:
             cluster = _on(
                 topology,

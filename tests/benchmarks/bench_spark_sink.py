@@ -3,7 +3,8 @@
 Both queries read the same in-memory Python streaming source (zero-copy Arrow batches of fixed-size values,
 `availableNow`, fixed rows per micro-batch) and differ only in the sink: `bench-noop` is a
 `DataSourceStreamArrowWriter` whose `write` only counts rows, `aeron-archive` serializes every partition as Arrow
-IPC into its commit message and the driver publishes it into a real archive recording on commit, exactly once (its
+IPC (LZ4-compressed buffers) into its commit message and the driver publishes it into a real archive recording on
+commit, exactly once (its
 state: a sink log recording in the same archive, found by each query's checkpointLocation). Figures are rows/s and MB/s of value
 bytes over the wall time from `start()` to the end of the query; the ratio is aeron-archive / no-op.
 
@@ -11,7 +12,9 @@ The archive and its media driver run in this process, so they share the machine'
 Python workers, as they would on a single host. Aeron clients created here (the archive's) use a 1 ms conductor
 idle sleep, the usual low-latency setting; the sink sets the same for its own client.
 
-Run: `python -m tests.benchmarks.bench_spark_sink [--rows-64 N] [--rows-1k N] [--reps N]`.
+Values are a fixed pattern (compresses ~20x), or incompressible bytes with `--random-values`.
+
+Run: `python -m tests.benchmarks.bench_spark_sink [--rows-64 N] [--rows-1k N] [--reps N] [--random-values]`.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ class BenchReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.batch_rows = int(options["batchRows"])
         self.value_size = int(options["valueSize"])
         self.partitions_per_batch = int(options.get("partitions", "2"))
+        self.random_values = options.get("valueKind", "pattern") == "random"
 
     def initialOffset(self) -> dict:
         return {"row": 0}
@@ -79,7 +83,10 @@ class BenchReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         import numpy as np
         chunk = 8192
         size = self.value_size
-        data = pa.py_buffer((np.arange(chunk * size, dtype=np.uint32) * 2654435761 >> 24).astype(np.uint8))
+        if self.random_values:  # incompressible (what compressing the commit messages cannot shrink)
+            data = pa.py_buffer(np.random.default_rng(partition.start).integers(0, 256, chunk * size, np.uint8))
+        else:  # a fixed pattern, which compresses ~20x
+            data = pa.py_buffer((np.arange(chunk * size, dtype=np.uint32) * 2654435761 >> 24).astype(np.uint8))
         offsets = pa.py_buffer(np.arange(0, (chunk + 1) * size, size, dtype=np.int32))
         schema = pa.schema([("value", pa.binary())])
         for row in range(partition.start, partition.stop, chunk):
@@ -151,10 +158,10 @@ class Run:
 
 
 def run_query(spark: Any, sink: str, sink_options: dict[str, str], value_size: int, rows: int, batch_rows: int,
-              work: str) -> Run:
+              work: str, value_kind: str = "pattern") -> Run:
     checkpoint = tempfile.mkdtemp(dir=work, prefix=f"chk-{sink}-")
     frame = (spark.readStream.format("bench-values").option("totalRows", rows).option("batchRows", batch_rows)
-             .option("valueSize", value_size).load())
+             .option("valueSize", value_size).option("valueKind", value_kind).load())
     writer = frame.writeStream.format(sink).option("checkpointLocation", checkpoint)
     for key, value in sink_options.items():
         writer = writer.option(key, value)
@@ -181,7 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--term-length", default="16m", help="term length of the recording's channel")
     parser.add_argument("--work-dir", default=None, help="where the archive and the checkpoints go")
+    parser.add_argument("--random-values", action="store_true",
+                        help="incompressible values (default: a fixed pattern, which the sink's LZ4-compressed "
+                        "commit messages shrink ~20x)")
     args = parser.parse_args(argv)
+    kind = "random" if args.random_values else "pattern"
 
     os.environ.setdefault("AERON_CLIENT_IDLE_SLEEP_DURATION", "1ms")
     from pyspark.sql import SparkSession
@@ -216,11 +227,11 @@ def main(argv: list[str] | None = None) -> int:
                 "channel": f"aeron:ipc?term-length={args.term_length}", "streamId": str(stream_id),
             }
             warm = min(rows, 2 * batch_rows) // 4
-            run_query(spark, "bench-noop", {}, value_size, warm, max(warm // 2, 1), work)
-            run_query(spark, "aeron-archive", aeron_options, value_size, warm, max(warm // 2, 1), work)
+            run_query(spark, "bench-noop", {}, value_size, warm, max(warm // 2, 1), work, kind)
+            run_query(spark, "aeron-archive", aeron_options, value_size, warm, max(warm // 2, 1), work, kind)
             for _ in range(args.reps):
                 for sink, options in (("bench-noop", {}), ("aeron-archive", aeron_options)):
-                    run = run_query(spark, sink, options, value_size, rows, batch_rows, work)
+                    run = run_query(spark, sink, options, value_size, rows, batch_rows, work, kind)
                     runs.append(run)
                     print(f"  {sink:<14} {value_size:>5} B  {run.rows:>9} rows in {run.batches:>3} batches  "
                           f"{run.seconds:7.2f} s  {run.rows_s:>11,.0f} rows/s  {run.mb_s:8.1f} MB/s", flush=True)

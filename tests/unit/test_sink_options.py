@@ -171,3 +171,33 @@ def test_staged_partitions_carry_their_rows_in_the_commit_message():
         read_staged(dataclasses.replace(staged, data=staged.data[: len(staged.data) // 2]))
     with pytest.raises(SinkError, match="partition 1 of batch 4 holds 3 rows, its task reported 5"):
         read_staged(dataclasses.replace(staged, rows=5))
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd", "none"])
+def test_commit_messages_are_compressed_as_the_option_says(codec):
+    import os as _os
+    import pickle
+
+    from aeron_archive_spark.connector.sink.staging import read_staged, stage_partition
+
+    options = parse_sink_options({**BASE, "taskResultCompression": codec}, streaming=True)
+    assert options.task_result_compression == (None if codec == "none" else codec)
+    layout = input_layout(schema(("value", BinaryType())), options)
+    repeated = [b"market-data-tick:%06d|" % i + b"\0" * 200 for i in range(2000)]  # compresses well
+    noise = [_os.urandom(300) for _ in range(200)]  # does not
+    batches = [pa.record_batch([pa.array(repeated, pa.binary())], names=["value"]),
+               pa.record_batch([pa.array(noise, pa.binary())], names=["value"])]
+    staged = stage_partition(iter(batches), layout, "1", 0, 0, options.task_result_compression)
+    payload = sum(map(len, repeated)) + sum(map(len, noise))
+    assert staged.payload_bytes == payload
+    if codec == "none":
+        assert len(staged.data) > payload
+    else:
+        assert len(staged.data) < payload // 2
+    read = read_staged(pickle.loads(pickle.dumps(staged)))
+    assert [v for b in read for v in b.column(0).to_pylist()] == repeated + noise
+
+
+def test_task_result_compression_is_checked():
+    with pytest.raises(OptionError, match="taskResultCompression"):
+        parse_sink_options({**BASE, "taskResultCompression": "gzip"}, streaming=True)
