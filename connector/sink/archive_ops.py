@@ -47,9 +47,10 @@ log = logging.getLogger(__name__)
 SESSION_PARAMS = ("session_id", "init_term_id", "term_id", "term_offset")
 
 
-# Aeron's default `publication-reserved-session-id-high`: session ids above it are never handed out from the
-# reserved range, and ids a media driver hands out itself clash with a chosen one only by chance (then adding the
-# publication fails, naming the clash, and the commit fails and is retried).
+# The top of Aeron's default `publication-reserved-session-id-low/high` range [-1, 1000]. Drawn ids lie above
+# it, in 2^31 values, so that concurrent sinks on one media driver practically never draw the same one; a drawn id
+# that clashes with a publication already on the same channel and stream makes adding the publication fail with
+# the driver's "clashing sessionId" error, and the commit fails (Spark retries it).
 RESERVED_SESSION_ID_HIGH = 1000
 
 
@@ -266,10 +267,15 @@ class ArchiveOps:
     ) -> int:
         """Stop the archive's recording subscriptions on `stream_id` whose channel has exactly this `alias` (or
         `session_id`), but `keep`: ones a commit that died asked for before its publication existed, which no
-        publication will ever reach. Returns how many were stopped."""
+        publication will ever reach. Returns how many were stopped; best effort, never raises."""
         fragment = f"alias={alias}" if alias is not None else f"session-id={session_id}"
+        try:
+            listed = self.archive.list_recording_subscriptions(0, 1000, fragment, stream_id, True)
+        except Exception as ex:  # best effort: a leftover subscription costs the archive little; the commit goes on
+            log.warning("could not list recording subscriptions (%s stream %d): %s", fragment, stream_id, ex)
+            return 0
         stopped = 0
-        for found in self.archive.list_recording_subscriptions(0, 1000, fragment, stream_id, True):
+        for found in listed:
             uri = ChannelUri.parse(found.stripped_channel)
             if found.subscription_id == keep or (
                 uri.get("alias") != alias

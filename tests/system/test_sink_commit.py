@@ -565,3 +565,19 @@ def test_an_archive_out_of_storage_fails_the_commit_at_once(harness, tmp_path, m
     monkeypatch.undo()
     commit_batch(options, messages, 1, "1", True)
     assert [e.batch_id for e in batch_map(options)] == [0, 1]
+
+
+def test_stopping_leftover_subscriptions_is_best_effort(harness, tmp_path, caplog):
+    # A commit that holds the log must not fail (and retry for the lock it already holds) because the cleanup's
+    # listing failed: it logs and goes on.
+    from aeron_archive_spark.archive.exceptions import ArchiveTimeoutError, ErrorCode
+    from aeron_archive_spark.connector.sink.archive_ops import ArchiveOps, SignalLog
+
+    class Unanswered:
+        def list_recording_subscriptions(self, *args):
+            raise ArchiveTimeoutError("no response to ListRecordingSubscriptionsRequest", ErrorCode.GENERIC, 7)
+
+    ops = ArchiveOps(Unanswered(), SignalLog(), sink_options(harness, str(tmp_path / "chk")))
+    with caplog.at_level(logging.WARNING, logger="aeron_archive_spark.connector.sink.archive_ops"):
+        assert ops.stop_orphans(5001, session_id=1234) == 0
+    assert "could not list recording subscriptions (session-id=1234 stream 5001)" in caplog.text
