@@ -38,6 +38,7 @@ from aeron_archive_spark.archive.recording_pos import (
     find_counter_id_by_recording,
     is_active,
 )
+from aeron_archive_spark.connector.sink import faults
 from aeron_archive_spark.connector.sink.errors import InjectedFault, SinkError
 from aeron_archive_spark.connector.sink.options import SinkOptions
 
@@ -206,6 +207,7 @@ class ArchiveOps:
         subscription_id = self.archive.start_recording(
             recorded_channel, stream_id, self.source_location, auto_stop=True
         )
+        faults.check("after-record-request", streamId=stream_id)
         publication = self._add_recorded_publication(recorded_channel, stream_id, subscription_id)
         try:
             event = self._await_signal(
@@ -243,6 +245,7 @@ class ArchiveOps:
         subscription_id = self.archive.extend_recording(
             recording_id, recorded_channel, descriptor.stream_id, self.source_location, auto_stop=True
         )
+        faults.check("after-record-request", streamId=descriptor.stream_id)
         publication = self._add_recorded_publication(recorded_channel, descriptor.stream_id, subscription_id)
         if publication.position != descriptor.stop_position:
             publication.close()

@@ -6,11 +6,11 @@ test sets before its Spark session (and so its workers) start; without the varia
 checks for the file with one `os.path.exists` per write task and per commit, so it costs nothing when unused.
 Faults of the cluster tests are real ones instead (kill -9 of workers, drivers and the archive). A spec:
 
-    {"point": "write" | "after-stage" | "before-publish" | "after-start" | "publish" | "before-entry" |
-               "after-entry" | "compact",
+    {"point": "write" | "after-stage" | "before-publish" | "after-record-request" | "after-start" | "publish" |
+               "before-entry" | "after-entry" | "compact",
      "action": "raise" | "exit",          # exit: os._exit(17), a hard crash of the Python worker
      "afterRows": 500,                    # write/publish: fire once this many rows are staged/published
-     "batchId": 3, "partition": 0, "attempt": 0,   # optional filters
+     "batchId": 3, "partition": 0, "attempt": 0,   # optional filters ("streamId" for after-record-request)
      "once": true}                        # remove the spec when it fires (default true)
 """
 
@@ -34,6 +34,7 @@ POINTS = (
     "write",
     "after-stage",
     "before-publish",
+    "after-record-request",
     "after-start",
     "publish",
     "before-entry",

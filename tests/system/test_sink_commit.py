@@ -581,3 +581,37 @@ def test_stopping_leftover_subscriptions_is_best_effort(harness, tmp_path, caplo
     with caplog.at_level(logging.WARNING, logger="aeron_archive_spark.connector.sink.archive_ops"):
         assert ops.stop_orphans(5001, session_id=1234) == 0
     assert "could not list recording subscriptions (session-id=1234 stream 5001)" in caplog.text
+
+
+@pytest.mark.parametrize("which", ["target", "log"])
+def test_a_commit_killed_between_its_record_request_and_its_publication_leaves_nothing_behind(
+    harness, tmp_path, which, caplog
+):
+    # kill -9 (os._exit) of the committing process right after it asked the archive to record (the target's
+    # extend, or the sink log's) and before its publication exists: the next commit stops the subscription left
+    # behind and commits the batch exactly once.
+    from aeron_archive_spark.connector.sink.sink_log import SINK_LOG_STREAM_ID, log_alias, sink_identity, sink_key
+
+    options = sink_options(harness, str(tmp_path / "chk"))
+    messages0, rows0 = stage_batch(options, 0)
+    entry0 = commit_batch(options, messages0, 0, "0", True)
+    stream = options.stream_id if which == "target" else SINK_LOG_STREAM_ID
+    key = sink_key(sink_identity(True, str(tmp_path / "chk"), None, None, None))
+    fragment = "" if which == "target" else f"alias={log_alias(key)}"
+
+    def left():
+        return harness.client.list_recording_subscriptions(0, 100, fragment, stream, True)
+
+    assert left() == []
+    messages1, rows1 = stage_batch(options, 1)
+    faults.arm({"point": "after-record-request", "action": "exit", "streamId": stream})
+    assert commit_in_child(options, messages1, 1) == 17
+    [orphan] = left()
+    if which == "target":
+        assert f"session-id={sink_view(options).state.pending.session_id}" in orphan.stripped_channel
+    with caplog.at_level(logging.WARNING, logger="aeron_archive_spark.connector.sink.archive_ops"):
+        commit_batch(options, messages1, 1, "1", True)
+    assert "left by a commit that died before its publication existed" in caplog.text
+    assert left() == []
+    assert [e.batch_id for e in batch_map(options)] == [0, 1]
+    assert replay_recording(harness.client, entry0.recording_id) == rows0 + rows1
