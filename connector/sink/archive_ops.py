@@ -51,7 +51,7 @@ SESSION_PARAMS = ("session_id", "init_term_id", "term_id", "term_offset")
 # The top of Aeron's default `publication-reserved-session-id-low/high` range [-1, 1000]. Drawn ids lie above
 # it, in 2^31 values, so that concurrent sinks on one media driver practically never draw the same one; a drawn id
 # that clashes with a publication already on the same channel and stream makes adding the publication fail with
-# the driver's "clashing sessionId" error, and the commit fails (Spark retries it).
+# the driver's "clashing sessionId" error, and the commit fails naming it (committing the batch again goes on).
 RESERVED_SESSION_ID_HIGH = 1000
 
 
