@@ -41,6 +41,7 @@ from aeron_archive_spark.archive.constants import (
 )
 from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
 from aeron_archive_spark.archive.native import ExclusivePublication, NativeAeronError, TermAppender
+from aeron_archive_spark.archive.native.term_appender import PARTITION_COUNT
 from aeron_archive_spark.archive.server.agent import Agent, BackoffIdleStrategy, SessionWorker
 from aeron_archive_spark.archive.server.conductor_port import ControlClient
 from aeron_archive_spark.archive.server.control_session import ControlSession
@@ -924,7 +925,7 @@ class ArchiveConductor(Agent):
             )
         buffer_length = replay_buffer_length(io_length, replay_length, d.mtu_length)
         pending = self.aeron.async_add_exclusive_publication(
-            self._replay_channel(replay_channel, replay_position, d), replay_stream_id
+            self._replay_channel(replay_channel, replay_position, d, replay_length), replay_stream_id
         )
         control_session_id = session.control_session_id
         key = self._next_pending_replay
@@ -1041,7 +1042,18 @@ class ArchiveConductor(Agent):
             self._request_faults.warning("term-appender", "replays copy through offer_block: %s", ex)
             return None
 
-    def _replay_channel(self, replay_channel: str, position: int, d: RecordingDescriptor) -> str:
+    def _replay_channel(self, replay_channel: str, position: int, d: RecordingDescriptor, length: int) -> str:
+        """The replay publication's channel: the recording's initial position, term length and MTU, as Java's.
+
+        `sparse`: a replay that will fill its whole log buffer (three terms) gets a non-sparse one, which is what a
+        replay through Java's archive gets from its media driver's default (the C driver's default is sparse). The
+        driver then allocates the log's pages when it adds the publication, where a full memory filesystem fails
+        the add with an error instead of killing the archive with SIGBUS on the first write into a hole mid-replay,
+        and the replay's stream no longer pays the first touch of every page. It costs no more pages than the
+        replay would touch anyway. Shorter replays (a small range, a catalog look) keep a sparse log: allocating
+        three whole terms up front for them would cost more than the replay. A `sparse` given in the replay
+        channel is used as given.
+        """
         requested = ChannelUri.parse(replay_channel)
         uri = ChannelUri.parse(strip_channel(replay_channel))
         params: dict[str, object] = {
@@ -1053,6 +1065,8 @@ class ArchiveConductor(Agent):
         for key in ("eos", "sparse"):
             if requested.get(key) is not None:
                 params[key] = requested.get(key)
+        if "sparse" not in params and length >= PARTITION_COUNT * d.term_buffer_length:
+            params["sparse"] = False
         return str(uri.with_params(**params))
 
     def _send_ok(self, control_session_id: int, correlation_id: int, relevant_id: int) -> None:

@@ -93,7 +93,7 @@ public final class BenchJavaArchive
             .aeronDirectoryName(args[0])
             .dirDeleteOnStart(true)
             .threadingMode(ThreadingMode.SHARED)
-            .termBufferSparseFile(true)
+            .termBufferSparseFile(Boolean.parseBoolean(args[5]))
             .clientLivenessTimeoutNs(3_600_000_000_000L);
         final Archive.Context archiveCtx = new Archive.Context()
             .aeronDirectoryName(args[0])
@@ -169,8 +169,10 @@ def free_udp_port() -> int:
         return int(s.getsockname()[1])
 
 
-def java_command(aeron_dir: str, archive_dir: str) -> list[str]:
-    """The command that runs the Java 1.15.1 archive (compiling the controller once per content hash)."""
+def java_command(aeron_dir: str, archive_dir: str, sparse: bool) -> list[str]:
+    """The command that runs the Java 1.15.1 archive (compiling the controller once per content hash).
+
+    `sparse`: the Java media driver's `termBufferSparseFile`; false is its own default, true the C driver's."""
     from tests.interop.javaenv import JavaEnv  # raises JavaUnavailable with the reason
 
     env = JavaEnv.get()
@@ -205,6 +207,7 @@ def java_command(aeron_dir: str, archive_dir: str) -> list[str]:
         str(SEGMENT_LENGTH),
         str(free_udp_port()),
         str(free_udp_port()),
+        "true" if sparse else "false",
     ]
 
 
@@ -380,7 +383,9 @@ def task_cpu_ns(pid: int, tid: int) -> int:
 
 
 class ArchiveProcess:
-    """An archive in its own process: "java" (1.15.1), "ours", or "base" (ours, imported from `base_tree`)."""
+    """An archive in its own process: "java" (1.15.1, sparse log buffers as the C driver makes them), "java-dense"
+    (1.15.1 with its media driver's default, non-sparse log buffers), "ours", or "base" (ours, imported from
+    `base_tree`)."""
 
     def __init__(self, impl: str, work: str, wrap: list[str], base_tree: str | None = None) -> None:
         self.impl = impl
@@ -388,8 +393,8 @@ class ArchiveProcess:
         os.rmdir(self.aeron_dir)  # a fresh name: both drivers create (and delete) their own directory
         self.archive_dir = os.path.join(work, f"archive-{impl}")
         env = None
-        if impl == "java":
-            cmd = java_command(self.aeron_dir, self.archive_dir)
+        if impl in ("java", "java-dense"):
+            cmd = java_command(self.aeron_dir, self.archive_dir, sparse=impl == "java")
         else:
             cmd = wrap + child("archive-ours", self.aeron_dir, self.archive_dir)
             if impl == "base":
@@ -628,7 +633,11 @@ def main() -> None:
     parser.add_argument("--total-mib", type=int, default=256, help="stream MiB per run (default 256)")
     parser.add_argument("--warmup-mib", type=int, default=64, help="unmeasured warm-up stream per archive process")
     parser.add_argument("--sizes", default="32,992", help="payload lengths (default 32,992)")
-    parser.add_argument("--impls", default="ours,java", help="archives to run: ours,java[,base]")
+    parser.add_argument(
+        "--impls",
+        default="ours,java",
+        help="archives to run: ours,java[,java-dense][,base] (java-dense: the Java driver's non-sparse log buffers)",
+    )
     parser.add_argument(
         "--base-tree",
         default=None,
