@@ -25,9 +25,11 @@ from aeron_archive_spark.archive.codecs import CodecError, load_archive_codec
 from aeron_archive_spark.archive.codecs import templates as t
 from aeron_archive_spark.archive.constants import (
     CONTROL_CHANNEL_DEFAULT,
+    CONTROL_MTU_LENGTH_DEFAULT,
     CONTROL_RESPONSE_CHANNEL_DEFAULT,
     CONTROL_RESPONSE_STREAM_ID_DEFAULT,
     CONTROL_STREAM_ID_DEFAULT,
+    CONTROL_TERM_LENGTH_DEFAULT,
     MESSAGE_TIMEOUT_NS_DEFAULT,
     NULL_COUNTER_ID,
     NULL_POSITION,
@@ -78,6 +80,25 @@ class RecordingSubscriptionDescriptor:
     subscription_id: int
     stream_id: int
     stripped_channel: str
+
+
+def control_channel_with_defaults(channel: str) -> str:
+    """A control channel with the term length (64 KiB), MTU (1408) and sparse log buffers that Java's
+    `AeronArchive.Context` gives the request and response channels where they set none.
+
+    Without them a control stream gets the driver's defaults: on IPC a 64 MiB term, i.e. a 192 MiB log buffer per
+    connection, allocated and touched up front by a driver whose log buffers are not sparse (Java's media driver,
+    or the archive's own embedded one) for a stream that carries a few hundred bytes a request.
+    """
+    uri = ChannelUri.parse(channel)
+    extra: dict[str, Any] = {}
+    if uri.get("term-length") is None:
+        extra["term_length"] = CONTROL_TERM_LENGTH_DEFAULT
+    if uri.get("mtu") is None:
+        extra["mtu"] = CONTROL_MTU_LENGTH_DEFAULT
+    if uri.get("sparse") is None:
+        extra["sparse"] = True
+    return str(uri.with_params(**extra)) if extra else channel
 
 
 class AeronArchive:
@@ -147,8 +168,12 @@ class AeronArchive:
         publication: ExclusivePublication | None = None
         subscription: Subscription | None = None
         try:
-            publication = client.add_exclusive_publication(control_request_channel, control_request_stream_id)
-            response_channel = add_session_id(control_response_channel, publication.session_id)
+            publication = client.add_exclusive_publication(
+                control_channel_with_defaults(control_request_channel), control_request_stream_id
+            )
+            response_channel = add_session_id(
+                control_channel_with_defaults(control_response_channel), publication.session_id
+            )
             subscription = client.add_subscription(response_channel, control_response_stream_id)
             uri = ChannelUri.parse(response_channel)
             if uri.is_udp and (uri.get("endpoint") or "").endswith(":0"):

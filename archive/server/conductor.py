@@ -1065,8 +1065,8 @@ class ArchiveConductor(Agent):
         for key in ("eos", "sparse"):
             if requested.get(key) is not None:
                 params[key] = requested.get(key)
-        if "sparse" not in params and length >= PARTITION_COUNT * d.term_buffer_length:
-            params["sparse"] = False
+        if "sparse" not in params:  # whatever the media driver's default
+            params["sparse"] = length < PARTITION_COUNT * d.term_buffer_length
         return str(uri.with_params(**params))
 
     def _send_ok(self, control_session_id: int, correlation_id: int, relevant_id: int) -> None:

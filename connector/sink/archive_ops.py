@@ -72,6 +72,18 @@ def _given_session_id(channel: str) -> int | None:
 # -- the archive session ---------------------------------------------------------------------------------------
 
 
+def sparse_unless_given(channel: str) -> str:
+    """A commit's publication channel with a sparse log buffer unless the channel says otherwise.
+
+    A batch is often far smaller than its publication's three terms (64 MiB each on IPC by default). On a media
+    driver whose log buffers are not sparse by default (Java's, or the archive's own embedded one) every commit
+    would otherwise have its whole log allocated and touched when the publication is added. Only the publication
+    gets it: the channel the archive records is left as the user gave it.
+    """
+    uri = ChannelUri.parse(channel)
+    return channel if uri.get("sparse") is not None else str(uri.with_params(sparse=True))
+
+
 class SignalLog:
     """Recording signals received during a commit's lease, so a waiter can look for the one it caused."""
 
@@ -260,7 +272,7 @@ class ArchiveOps:
         """The publication the archive was just asked to record (its subscription exists: the publication's first
         setup frame reaches it, so the image links at once, not on the sender's setup retry 100 ms later)."""
         try:
-            return self.archive.aeron.add_exclusive_publication(channel, stream_id)
+            return self.archive.aeron.add_exclusive_publication(sparse_unless_given(channel), stream_id)
         except BaseException:
             self._stop_quietly(subscription_id)
             raise
