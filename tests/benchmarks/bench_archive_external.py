@@ -21,8 +21,9 @@ all work. One difference matters: the 1.53 client heartbeats by writing a counte
 the CLIENT_KEEPALIVE command 1.15 waits for, so the Java driver runs here with a one-hour client liveness timeout
 (its default of 5 s drops our clients mid-run). So both archives see the same client code, the same transport,
 the same log-buffer layout and the same counters; what differs is the archive and its media driver (C driver for
-ours, Java driver for Java's, both SHARED threading, sparse term files, driver directory on /dev/shm, archive
-directory in the work directory). UDP was the alternative and was rejected: on two shared cores the loopback
+ours, Java driver for Java's, both SHARED threading, driver directory on /dev/shm, archive directory in the work
+directory, and each driver's log buffers as its archive runs them by default: non-sparse for both, Java's driver
+default and our `archive_media_driver`'s; `--impls java-sparse` runs Java with sparse ones, the C driver's default). UDP was the alternative and was rejected: on two shared cores the loopback
 sender/receiver threads would bound both archives at the same figure and hide the archives. The Java archive is
 controlled by a small Java program (source below, compiled against the jar once per content hash into
 `.venv/java/bench-<hash>`; its JVM runs with C2 and a 512 MiB pre-touched heap), because our archive client's
@@ -218,11 +219,15 @@ def java_command(aeron_dir: str, archive_dir: str, sparse: bool) -> list[str]:
 def role_archive_ours(aeron_dir: str, archive_dir: str) -> None:
     """Our archive with its own embedded media driver; the same stdin protocol as BenchJavaArchive."""
     from aeron_archive_spark.archive import AeronArchive
-    from aeron_archive_spark.archive.native import EmbeddedMediaDriver
+    from aeron_archive_spark.archive.server import archive as archive_module
     from aeron_archive_spark.archive.server.archive import Archive
     from aeron_archive_spark.archive.server.context import ArchiveContext
 
-    driver = EmbeddedMediaDriver(aeron_dir, dir_delete_on_start=True)
+    # the driver `aeron-archive serve` embeds (a tree from before `archive_media_driver` gets the plain one)
+    make_driver = getattr(archive_module, "archive_media_driver", None)
+    if make_driver is None:
+        from aeron_archive_spark.archive.native import EmbeddedMediaDriver as make_driver
+    driver = make_driver(aeron_dir, dir_delete_on_start=True)
     ctx = ArchiveContext(
         archive_dir=archive_dir,
         aeron_dir=driver.aeron_dir,
@@ -383,9 +388,9 @@ def task_cpu_ns(pid: int, tid: int) -> int:
 
 
 class ArchiveProcess:
-    """An archive in its own process: "java" (1.15.1, sparse log buffers as the C driver makes them), "java-dense"
-    (1.15.1 with its media driver's default, non-sparse log buffers), "ours", or "base" (ours, imported from
-    `base_tree`)."""
+    """An archive in its own process: "java" (1.15.1 with its media driver's default, non-sparse log buffers),
+    "java-sparse" (1.15.1 with sparse log buffers, the C driver's default), "ours" (its embedded driver as `serve`
+    runs it), or "base" (ours, imported from `base_tree`)."""
 
     def __init__(self, impl: str, work: str, wrap: list[str], base_tree: str | None = None) -> None:
         self.impl = impl
@@ -393,8 +398,8 @@ class ArchiveProcess:
         os.rmdir(self.aeron_dir)  # a fresh name: both drivers create (and delete) their own directory
         self.archive_dir = os.path.join(work, f"archive-{impl}")
         env = None
-        if impl in ("java", "java-dense"):
-            cmd = java_command(self.aeron_dir, self.archive_dir, sparse=impl == "java")
+        if impl in ("java", "java-sparse"):
+            cmd = java_command(self.aeron_dir, self.archive_dir, sparse=impl == "java-sparse")
         else:
             cmd = wrap + child("archive-ours", self.aeron_dir, self.archive_dir)
             if impl == "base":
@@ -636,7 +641,7 @@ def main() -> None:
     parser.add_argument(
         "--impls",
         default="ours,java",
-        help="archives to run: ours,java[,java-dense][,base] (java-dense: the Java driver's non-sparse log buffers)",
+        help="archives to run: ours,java[,java-sparse][,base] (java-sparse: Java with sparse log buffers)",
     )
     parser.add_argument(
         "--base-tree",
