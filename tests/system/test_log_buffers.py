@@ -15,6 +15,10 @@ log buffer in place.
 from __future__ import annotations
 
 import os
+import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -180,3 +184,61 @@ def test_a_sink_commits_publication_is_sparse_unless_its_channel_says(tmp_path: 
             aeron.close()
     finally:
         driver.close()
+
+
+FILL_AFTER_ADD = r"""
+import os, sys, time
+from aeron_archive_spark.archive.native import AeronClient
+from aeron_archive_spark.archive.server.archive import archive_media_driver
+
+root = sys.argv[1]
+driver = archive_media_driver(os.path.join(root, "driver"))
+aeron = AeronClient(driver.aeron_dir, client_name="full-filesystem")
+subscription = aeron.add_subscription("aeron:ipc", 77)
+publication = aeron.add_exclusive_publication("aeron:ipc?term-length=1m", 77)
+while not publication.is_connected:
+    time.sleep(0.001)
+fd = os.open(os.path.join(root, "filler"), os.O_CREAT | os.O_WRONLY)
+try:
+    while True:
+        os.write(fd, bytes(65536))
+except OSError:
+    pass  # the filesystem is full
+print("full", flush=True)
+sent = 0
+while sent < 4 * 1024 * 1024:  # every page of the three 1 MiB terms
+    if publication.offer(bytes(1000)) > 0:
+        sent += 1000
+    subscription.poll(lambda data, header: None, 100)
+print("streamed", flush=True)
+"""
+
+
+@pytest.mark.parametrize("sparse", ["false", "true"])
+def test_a_publication_on_the_archives_driver_streams_on_after_its_filesystem_fills_up(
+    tmp_path: Path, sparse: str
+) -> None:
+    """The reason for non-sparse logs besides speed: once a publication is added, another writer filling the memory
+    filesystem cannot take its pages. With sparse logs the first write into a hole then raises SIGBUS and kills the
+    process (here the publisher, sharing the process with the driver).
+
+    Runs in a mount namespace of its own, on a 64 MiB tmpfs (root and `unshare` needed, as for the cluster tests)."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare to mount a small tmpfs")
+    root = tmp_path / "small-shm"
+    root.mkdir()
+    script = f'mount -t tmpfs -o size=64m tmpfs {root} && exec {sys.executable} -c "$SCRIPT" {root}'
+    env = {**os.environ, "SCRIPT": FILL_AFTER_ADD, SPARSE_ENV: sparse}
+    run = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if "full" not in run.stdout:
+        pytest.skip(f"could not set up the small tmpfs: rc={run.returncode} {run.stderr[-500:]}")
+    if sparse == "false":
+        assert run.returncode == 0 and "streamed" in run.stdout, run.stderr[-2000:]
+    else:
+        assert run.returncode == -signal.SIGBUS, (run.returncode, run.stdout, run.stderr[-2000:])
