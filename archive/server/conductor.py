@@ -1050,9 +1050,9 @@ class ArchiveConductor(Agent):
         driver then allocates the log's pages when it adds the publication, where a full memory filesystem fails
         the add with an error instead of killing the archive with SIGBUS on the first write into a hole mid-replay,
         and the replay's stream no longer pays the first touch of every page. It costs no more pages than the
-        replay would touch anyway. Shorter replays (a small range, a catalog look) keep a sparse log: allocating
-        three whole terms up front for them would cost more than the replay. A `sparse` given in the replay
-        channel is used as given.
+        replay would touch anyway. Shorter replays (a small range, a catalog look) ask for a sparse log, whatever
+        the driver's default: allocating three whole terms up front for them would cost more than the replay. A
+        `sparse` given in the replay channel is used as given.
         """
         requested = ChannelUri.parse(replay_channel)
         uri = ChannelUri.parse(strip_channel(replay_channel))
