@@ -25,7 +25,7 @@ def archive_media_driver(aeron_dir: str | None = None, **kwargs: Any) -> Embedde
     driver, which Java's ArchivingMediaDriver runs (the C driver's own default is sparse). The driver then allocates
     a publication's or an image's pages when it is added, so a publisher streaming into the archive's driver does not
     touch each new page for the first time while it offers (recording a 256 MiB stream from another process went
-    12-24 % faster), and a memory filesystem that is full fails the add with an error instead of raising SIGBUS in
+    16-27 % faster), and a memory filesystem that is full fails the add with an error instead of raising SIGBUS in
     whichever process first writes into a hole. The cost is Java's too: a log's pages are committed from its add.
     """
     given = os.environ.get(SPARSE_ENV)

@@ -23,8 +23,9 @@ the CLIENT_KEEPALIVE command 1.15 waits for, so the Java driver runs here with a
 the same log-buffer layout and the same counters; what differs is the archive and its media driver (C driver for
 ours, Java driver for Java's, both SHARED threading, driver directory on /dev/shm, archive directory in the work
 directory, and each driver's log buffers as its archive runs them by default: non-sparse for both, Java's driver
-default and our `archive_media_driver`'s; `--impls java-sparse` runs Java with sparse ones, the C driver's default). UDP was the alternative and was rejected: on two shared cores the loopback
-sender/receiver threads would bound both archives at the same figure and hide the archives. The Java archive is
+default and our `archive_media_driver`'s; `--impls java-sparse` runs Java with sparse ones, the C driver's
+default). UDP was the alternative and was rejected: on two shared cores the loopback sender/receiver threads would
+bound both archives at the same figure and hide the archives. The Java archive is
 controlled by a small Java program (source below, compiled against the jar once per content hash into
 `.venv/java/bench-<hash>`; its JVM runs with C2 and a 512 MiB pre-touched heap), because our archive client's
 AuthConnectRequest is unknown to 1.15; the control plane is not timed. Note that 1.15's replayer copies one
