@@ -453,8 +453,16 @@ class ArchiveConductor(Agent):
                 f"recording exists for streamId={stream_id} channel={channel}", ErrorCode.ACTIVE_SUBSCRIPTION
             )
         stripped = strip_channel(channel)
+        # Java subscribes with the stripped channel; ours keeps a `sparse` the request gave, so the recorder of a
+        # short-lived publication (a sink's commit over UDP) can ask that its image's log be allocated as it fills
+        # rather than whole when the image appears (a driver whose logs are not sparse, as `serve`'s, would
+        # otherwise allocate three terms per commit). The stored channels are Java's, without it.
+        sparse = uri.get("sparse")
+        subscribe_stripped = str(ChannelUri.parse(stripped).with_params(sparse=sparse)) if sparse else stripped
         subscribe_channel = (
-            spy_channel(stripped) if (uri.is_udp and source_location == SourceLocation.LOCAL) else stripped
+            spy_channel(subscribe_stripped)
+            if (uri.is_udp and source_location == SourceLocation.LOCAL)
+            else subscribe_stripped
         )
         holder: dict[str, RecordingSubscription] = {}
 

@@ -73,12 +73,13 @@ def _given_session_id(channel: str) -> int | None:
 
 
 def sparse_unless_given(channel: str) -> str:
-    """A commit's publication channel with a sparse log buffer unless the channel says otherwise.
+    """A commit's channel with sparse log buffers unless the channel says otherwise.
 
     A batch is often far smaller than its publication's three terms (64 MiB each on IPC by default). On a media
     driver whose log buffers are not sparse by default (Java's, or the archive's own embedded one) every commit
-    would otherwise have its whole log allocated and touched when the publication is added. Only the publication
-    gets it: the channel the archive records is left as the user gave it.
+    would otherwise have its whole log allocated and touched when its publication is added, and, over UDP, the
+    archive's image of it too: the channel the archive is asked to record carries it (our archive subscribes with
+    it; Java's strips it, and its driver's default decides the image).
     """
     uri = ChannelUri.parse(channel)
     return channel if uri.get("sparse") is not None else str(uri.with_params(sparse=True))
@@ -209,7 +210,7 @@ class ArchiveOps:
         archive is asked to record it: the sink notes the session id in its log there, so that a commit that dies
         before it can note the new recording's id leaves a recording its successor can find and adopt.
         """
-        publication_channel = self._publication_channel(channel)
+        publication_channel = sparse_unless_given(self._publication_channel(channel))
         given = _given_session_id(publication_channel)
         session_id = given if given is not None else own_session_id()
         if before_start is not None:
@@ -251,7 +252,7 @@ class ArchiveOps:
         """
         recording_id = descriptor.recording_id
         base = str(ChannelUri.parse(base_channel).with_params(**dict.fromkeys(SESSION_PARAMS)))
-        channel = self._publication_channel(AeronArchive.extend_channel(base, descriptor))
+        channel = sparse_unless_given(self._publication_channel(AeronArchive.extend_channel(base, descriptor)))
         recorded_channel = add_session_id(channel, session_id if session_id is not None else own_session_id())
         self.signals.clear()
         subscription_id = self.archive.extend_recording(

@@ -242,3 +242,45 @@ def test_a_publication_on_the_archives_driver_streams_on_after_its_filesystem_fi
         assert run.returncode == 0 and "streamed" in run.stdout, run.stderr[-2000:]
     else:
         assert run.returncode == -signal.SIGBUS, (run.returncode, run.stdout, run.stderr[-2000:])
+
+
+def image_log_buffers(aeron_dir: str) -> set[str]:
+    directory = os.path.join(aeron_dir, "images")
+    if not os.path.isdir(directory):
+        return set()
+    return {name for name in os.listdir(directory) if name.endswith(".logbuffer")}
+
+
+@pytest.mark.parametrize("sparse", [None, "true"])
+def test_a_recorded_udp_images_log_is_sparse_when_the_recorded_channel_asks(tmp_path: Path, sparse: str | None) -> None:
+    """On serve's non-sparse driver an image of a recorded UDP publication gets its whole log when it appears,
+    unless the channel given to StartRecording says `sparse=true` (what the sink asks for each commit)."""
+    from conftest import free_udp_port
+
+    driver = archive_media_driver()
+    try:
+        h = Harness(driver.aeron_dir, str(tmp_path / "archive"))
+        try:
+            channel = f"aeron:udp?endpoint=localhost:{free_udp_port()}|term-length={SMALL_TERM}"
+            if sparse:
+                channel += f"|sparse={sparse}"
+            before = image_log_buffers(driver.aeron_dir)
+            h.client.start_recording(channel, 4406, SourceLocation.REMOTE)
+            publication = h.client.aeron.add_exclusive_publication(channel, 4406)
+            recording_id = h.await_signal(RecordingSignal.START).recording_id
+            offer_all(publication, payloads_of([100] * 3, seed=9))
+            wait_for(lambda: h.client.get_recording_position(recording_id) == publication.position, what="recorded")
+            (name,) = sorted(image_log_buffers(driver.aeron_dir) - before)
+            st = os.stat(os.path.join(driver.aeron_dir, "images", name))
+            allocated = st.st_blocks * 512 / st.st_size
+            descriptor = h.client.list_recording(recording_id)
+            assert "sparse" not in descriptor.stripped_channel  # the catalog keeps Java's stripped channel
+            publication.close()
+        finally:
+            h.close()
+    finally:
+        driver.close()
+    if sparse:
+        assert allocated < 0.5
+    else:
+        assert allocated >= 1.0
