@@ -273,7 +273,7 @@ class ArchiveOps:
         """The publication the archive was just asked to record (its subscription exists: the publication's first
         setup frame reaches it, so the image links at once, not on the sender's setup retry 100 ms later)."""
         try:
-            return self.archive.aeron.add_exclusive_publication(sparse_unless_given(channel), stream_id)
+            return self.archive.aeron.add_exclusive_publication(channel, stream_id)
         except BaseException:
             self._stop_quietly(subscription_id)
             raise
