@@ -23,7 +23,9 @@ find_python() {
     return 1
 }
 
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null; then
+# A .venv without pip is one whose creation was cut off (ensurepip runs last): made again, not installed into.
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null \
+        || ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
     PY=$(find_python) || { echo "bootstrap: no Python >= 3.12 found (set PYTHON=/path/to/python3.12)" >&2; exit 1; }
     echo "bootstrap: creating .venv with $PY ($("$PY" --version))" >&2
     rm -rf .venv
