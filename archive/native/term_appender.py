@@ -55,6 +55,20 @@ def _log_path(aeron_dir: str, registration_id: int) -> str:
     return os.path.join(aeron_dir, "publications", f"{registration_id}.logbuffer")
 
 
+def _map_flags(stat: os.stat_result) -> int:
+    """MAP_POPULATE for a log whose pages are all allocated already (a non-sparse one), MAP_SHARED alone otherwise.
+
+    This mapping is the process's own, beside the driver's: each of its pages is faulted in on the first write,
+    one page at a time (a write fault on a shared mapping maps no neighbours). For a 48 MiB log (16 MiB terms) that
+    was 12,288 faults per replay, ~1.2 us each on the project's VMs (14 ms; a replay read by a Spark partition of
+    64 MiB spent a third of its replayer's CPU in `preadv` taking them); populating the mapping when it is made
+    maps the same pages in 2.5 ms. A sparse log (a short replay's) is mapped as it is: populating would allocate
+    whole terms the replay never reaches.
+    """
+    allocated = stat.st_blocks * 512
+    return mmap.MAP_SHARED | (mmap.MAP_POPULATE if allocated >= stat.st_size else 0)
+
+
 class TermAppender:
     """The append side of one exclusive publication's log buffer, mapped by this process.
 
@@ -70,10 +84,11 @@ class TermAppender:
         except OSError as ex:
             raise NativeAeronError(f"cannot open the log buffer {path}: {ex.strerror or ex}") from ex
         try:
-            size = os.fstat(fd).st_size
+            stat = os.fstat(fd)
+            size = stat.st_size
             if size < PARTITION_COUNT * term_length + META_DATA_LENGTH:
                 raise NativeAeronError(f"log buffer {path} is {size} bytes, too short for terms of {term_length}")
-            self._map = mmap.mmap(fd, size)
+            self._map = mmap.mmap(fd, size, flags=_map_flags(stat))
         finally:
             os.close(fd)
         self._closed = False

@@ -3,12 +3,15 @@ as `offer_block` would make them appear, nothing is visible before it is publish
 
 from __future__ import annotations
 
+import mmap
+import os
 import struct
 from collections.abc import Iterator
 
 import pytest
 
 from aeron_archive_spark.archive.native import AeronClient, ExclusivePublication, Image, NativeAeronError, TermAppender
+from aeron_archive_spark.archive.native.term_appender import _map_flags
 from tests.unit.test_native import wait_until
 
 HEADER = struct.Struct("<iBBHiiiiq")
@@ -22,10 +25,15 @@ def client(aeron_dir: str) -> Iterator[AeronClient]:
         yield aeron
 
 
-@pytest.fixture
-def pair(client: AeronClient, aeron_dir: str) -> Iterator[tuple[ExclusivePublication, Image, TermAppender]]:
+@pytest.fixture(params=["sparse", "non-sparse"])
+def pair(
+    request: pytest.FixtureRequest, client: AeronClient, aeron_dir: str
+) -> Iterator[tuple[ExclusivePublication, Image, TermAppender]]:
+    """An IPC publication, its image and an appender; every test runs on a sparse log and on a non-sparse one (the
+    driver allocates its pages when it adds it; the appender's own mapping is then populated when it is made)."""
     stream_id = next(_stream_ids)
-    channel = f"aeron:ipc?term-length={TERM_LENGTH}|init-term-id=7|term-id=9|term-offset=1024"
+    sparse = "true" if request.param == "sparse" else "false"
+    channel = f"aeron:ipc?term-length={TERM_LENGTH}|init-term-id=7|term-id=9|term-offset=1024|sparse={sparse}"
     with (
         client.add_subscription("aeron:ipc", stream_id) as subscription,
         client.add_exclusive_publication(channel, stream_id) as publication,
@@ -142,3 +150,27 @@ def test_a_log_buffer_that_is_not_the_publications_is_refused(pair, tmp_path) ->
     publication, _image, _appender = pair
     with pytest.raises(NativeAeronError, match="cannot open the log buffer"):
         TermAppender(publication, str(tmp_path))
+
+
+def test_only_a_log_whose_pages_are_all_allocated_is_populated_when_mapped(tmp_path) -> None:
+    sparse = tmp_path / "sparse.logbuffer"
+    with open(sparse, "wb") as f:
+        f.truncate(4 * 1024 * 1024)
+    dense = tmp_path / "dense.logbuffer"
+    dense.write_bytes(bytes(4 * 1024 * 1024))
+    assert _map_flags(os.stat(sparse)) == mmap.MAP_SHARED
+    assert _map_flags(os.stat(dense)) == mmap.MAP_SHARED | mmap.MAP_POPULATE
+
+
+def test_a_non_sparse_log_is_mapped_populated(client: AeronClient, aeron_dir: str) -> None:
+    """The driver allocates a non-sparse log when it adds the publication; the appender's mapping then comes whole."""
+    stream_id = next(_stream_ids)
+    channel = f"aeron:ipc?term-length={TERM_LENGTH}|sparse=false"
+    with client.add_exclusive_publication(channel, stream_id) as publication:
+        path = os.path.join(aeron_dir, "publications", f"{publication.registration_id}.logbuffer")
+        assert _map_flags(os.stat(path)) & mmap.MAP_POPULATE
+        appender = TermAppender(publication, aeron_dir)
+        try:
+            assert appender.position == publication.position
+        finally:
+            appender.close()
