@@ -44,7 +44,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from aeron_archive_spark.archive.constants import RecordingSignal, SourceLocation
-from aeron_archive_spark.archive.native import EmbeddedMediaDriver
+from tests.benchmarks.archive_driver import add_driver_argument, archive_driver
 from tests.system.harness import Harness, wait_for
 
 PAYLOAD = 64
@@ -250,6 +250,7 @@ def main() -> None:
     parser.add_argument("--prime", type=float, default=8.0, help="seconds of an uncounted first run per source")
     parser.add_argument("--rate", type=int, default=1000, help="messages per second")
     parser.add_argument("--sources", default="floor,archiveDir,replay")
+    add_driver_argument(parser)
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.seconds, args.warmup, args.prime = 1, 12.0, 3.0, 6.0
@@ -269,7 +270,7 @@ def main() -> None:
     spark.dataSource.register(FloorDataSource)
 
     root = tempfile.mkdtemp(prefix="bench-live-tail-")
-    driver = EmbeddedMediaDriver(os.path.join(root, "driver"))
+    driver = archive_driver(args.driver, root)
     h = Harness(driver.aeron_dir, os.path.join(root, "archive"), segment_file_length=SEGMENT_LENGTH)
     channel = f"aeron:ipc?term-length={TERM_LENGTH}"
     records = os.path.join(root, "payloads.bin")

@@ -43,6 +43,8 @@ from pyspark.sql.datasource import (  # noqa: E402
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow  # noqa: E402
 
+from tests.benchmarks.archive_driver import add_driver_argument, archive_driver  # noqa: E402
+
 
 # -- the source: rowsPerBatch fixed-size values per micro-batch, zero-copy slices of one buffer -----------------
 
@@ -191,13 +193,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--random-values", action="store_true",
                         help="incompressible values (default: a fixed pattern, which the sink's LZ4-compressed "
                         "commit messages shrink ~20x)")
+    add_driver_argument(parser)
     args = parser.parse_args(argv)
     kind = "random" if args.random_values else "pattern"
 
     os.environ.setdefault("AERON_CLIENT_IDLE_SLEEP_DURATION", "1ms")
     from pyspark.sql import SparkSession
 
-    from aeron_archive_spark.archive.native import EmbeddedMediaDriver
     from aeron_archive_spark.archive.server.archive import Archive
     from aeron_archive_spark.archive.server.context import ArchiveContext
     from aeron_archive_spark.archive.client.connection import ConnectionOptions
@@ -205,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     from aeron_archive_spark.connector.sink import read_batch_map
 
     work = tempfile.mkdtemp(prefix="bench-spark-sink-", dir=args.work_dir)
-    driver = EmbeddedMediaDriver(os.path.join(work, "driver"))
+    driver = archive_driver(args.driver, work)
     ctx = ArchiveContext(archive_dir=os.path.join(work, "archive"), aeron_dir=driver.aeron_dir,
                          control_channel=None, low_storage_space_threshold=0)
     archive = Archive.launch(ctx)

@@ -27,7 +27,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
 from aeron_archive_spark.archive.constants import RecordingSignal, SourceLocation
-from aeron_archive_spark.archive.native import EmbeddedMediaDriver
+from tests.benchmarks.archive_driver import add_driver_argument, archive_driver
 from tests.system.harness import Harness, wait_for
 
 TERM_LENGTH = 16 * 1024 * 1024
@@ -217,6 +217,7 @@ def main() -> None:
     parser.add_argument("--rows-1k", type=int, default=300_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--sizes", default="64,1024", help="message sizes to measure, of 64 and 1024")
+    add_driver_argument(parser)
     args = parser.parse_args()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -239,7 +240,7 @@ def main() -> None:
         replay_available = False
 
     root = tempfile.mkdtemp(prefix="bench-spark-source-")
-    driver = EmbeddedMediaDriver(os.path.join(root, "driver"))
+    driver = archive_driver(args.driver, root)
     h = Harness(driver.aeron_dir, os.path.join(root, "archive"), segment_file_length=SEGMENT_LENGTH)
     results = []
     decode_figures: list[tuple[int, Figure]] = []
