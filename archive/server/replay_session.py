@@ -428,7 +428,9 @@ class ReplaySession:
         totals.total_time_ns += elapsed_ns
         totals.max_time_ns = max(totals.max_time_ns, elapsed_ns)
 
-    def _batch_of(self, scan: frames.FrameScan | frames.HeadedScan, position: int) -> tuple[int, int, int]:
+    def _batch_of(
+        self, scan: frames.FrameScan | frames.HeadedScan | frames.UniformHeadedScan, position: int
+    ) -> tuple[int, int, int]:
         """(frames, bytes, cap) of the batch a scan at `position` holds: frames that start before the replay limit."""
         if scan.count == 0 and scan.pad_offset < 0:
             raise ArchiveError(
@@ -441,7 +443,7 @@ class ReplaySession:
 
     def _pad_after(
         self,
-        scan: frames.FrameScan | frames.HeadedScan,
+        scan: frames.FrameScan | frames.HeadedScan | frames.UniformHeadedScan,
         position: int,
         count: int,
         batch_length: int,

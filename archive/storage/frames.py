@@ -362,13 +362,14 @@ class HeadedScan:
             rewrite_scan_session_and_stream(buf, self.rest.head(count - 1), session_id, stream_id)
 
 
-def scan_frames_with_head(buf: Any, first_word: int, start: int, end: int) -> HeadedScan:
+def scan_frames_with_head(buf: Any, first_word: int, start: int, end: int) -> HeadedScan | UniformHeadedScan:
     """`scan_frames(buf, start, end)` for a range whose first frame's first 8 bytes are held apart as `first_word`.
 
     A replay reads a block straight into a term at the publication's tail but diverts that word (length, version,
     flags, type), so that the frame stays invisible to readers of the term until the whole block is published; the
     term holds zeros in its place. The first frame is taken from the word, the chain from the second frame on from
-    the buffer. Stops at padding, as `scan_frames` does by default.
+    the buffer. Stops at padding, as `scan_frames` does by default. A chain of one fixed frame (every header's first
+    word equal to the held one) comes back as a `UniformHeadedScan`, which answers the same questions.
     """
     size = buffer_length(buf)
     if not 0 <= start <= end <= size:
@@ -390,10 +391,112 @@ def scan_frames_with_head(buf: Any, first_word: int, start: int, end: int) -> He
         reason = ScanStop.INCOMPLETE
     if reason is not None:
         return HeadedScan(start, length, frame_type, frame_flags, None, start, reason, length)
+    uniform = _uniform_headed_scan(buf, first_word, start, end, length, frame_type, frame_flags)
+    if uniform is not None:
+        return uniform
     rest = scan_frames(buf, start + align(length, FRAME_ALIGNMENT), end)
     return HeadedScan(
         start, length, frame_type, frame_flags, rest, rest.stop_offset, rest.stop_reason, rest.stop_frame_length
     )
+
+
+def _uniform_headed_scan(
+    buf: Any, first_word: int, start: int, end: int, length: int, frame_type: int, frame_flags: int
+) -> UniformHeadedScan | None:
+    """The scan of `[start, end)` when every frame after the first repeats the held first word, else None.
+
+    One strided 64-bit compare over the whole range confirms it; what is left after the last whole stride (less
+    than one frame) is walked as `scan_frames` walks a window's tail. A frame of another length there, or any other
+    word, leaves the range to the general scan.
+    """
+    stride = align(length, FRAME_ALIGNMENT)
+    rest_start = start + stride
+    capacity = (end - rest_start) // stride
+    if capacity < _UNIFORM_PROBE:
+        return None
+    words = np.ndarray((capacity,), dtype="<i8", buffer=buf, offset=rest_start, strides=(stride,))
+    if not bool((words == first_word).all()):
+        return None
+    tail = rest_start + capacity * stride
+    stop_offset, reason, stop_length = tail, ScanStop.END, 0
+    if tail < end:
+        found, _, _, _, stop_offset, reason, stop_length = _scan_loop(buf, tail, end, True)
+        if found:
+            return None
+    return UniformHeadedScan(start, length, frame_type, frame_flags, 1 + capacity, stop_offset, reason, stop_length)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class UniformHeadedScan:
+    """A `HeadedScan` whose frames all share one first word: one length, type and flags, `stride` bytes apart.
+
+    Fixed-size unfragmented messages are the usual replay batch. Its answers are arithmetic and its header rewrite
+    is two strided stores, so a batch costs a handful of numpy calls whatever its size: the general scan's fixed
+    cost (~0.1 ms a batch, mostly numpy call overheads) was a fifth of the replayer's CPU at 1 KiB messages.
+    """
+
+    start: int
+    first_length: int
+    first_type: int
+    first_flags: int
+    count: int  # >= 1: the first frame and the chain after it
+    stop_offset: int
+    stop_reason: ScanStop
+    stop_frame_length: int
+
+    @property
+    def stride(self) -> int:
+        return align(self.first_length, FRAME_ALIGNMENT)
+
+    @property
+    def pad_offset(self) -> int:
+        return self.stop_offset if self.stop_reason is ScanStop.PADDING else -1
+
+    @property
+    def pad_length(self) -> int:
+        return self.stop_frame_length if self.stop_reason is ScanStop.PADDING else 0
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return np.arange(self.start, self.start + self.count * self.stride, self.stride, dtype=np.int64)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.full(self.count, self.first_length, dtype=np.int32)
+
+    @property
+    def types(self) -> np.ndarray:
+        return np.full(self.count, self.first_type, dtype=np.uint16)
+
+    @property
+    def flags(self) -> np.ndarray:
+        return np.full(self.count, self.first_flags, dtype=np.uint8)
+
+    def count_starting_before(self, limit: int) -> int:
+        """How many frames start less than `limit` bytes after `start` (see `FrameScan.count_starting_before`)."""
+        if limit <= 0:
+            return 0
+        stride = self.stride
+        return min(self.count, (limit + stride - 1) // stride)
+
+    def end_of(self, count: int) -> int:
+        """Bytes from `start` to the aligned end of the first `count` frames (0 for none)."""
+        return max(0, min(count, self.count)) * self.stride
+
+    def rewrite_session_and_stream(self, buf: Any, count: int, session_id: int, stream_id: int) -> None:
+        """Set the session and stream id of the first `count` frames in `buf`: two strided stores.
+
+        (One unaligned 64-bit store over both fields measured slower at 64-byte frames: 86 against 53 us a MiB.)
+        """
+        count = min(count, self.count)
+        if count <= 0:
+            return
+        stride = self.stride
+        if self.start + (count - 1) * stride + HEADER_LENGTH > buffer_length(buf):
+            raise ValueError("frame offset out of range of the buffer")
+        for field_offset, value in ((SESSION_ID_FIELD_OFFSET, session_id), (STREAM_ID_FIELD_OFFSET, stream_id)):
+            column = np.ndarray((count,), dtype="<i4", buffer=buf, offset=self.start + field_offset, strides=(stride,))
+            column[...] = to_int32(value)
 
 
 _Parts = tuple[list[int], list[int], list[int], list[int], int, ScanStop, int]

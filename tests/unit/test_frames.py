@@ -343,6 +343,79 @@ def test_scan_with_head_matches_scan_of_the_whole_range(seed: int) -> None:
             assert len(set(np.diff(scan.offsets).tolist())) <= 1 and scan.stride == (int(scan.lengths[0]) + 31) & ~31
 
 
+def _held(buf: bytearray, start: int) -> tuple[bytearray, int]:
+    """The buffer as a replay leaves it in the term (first word zeroed) and the word held apart."""
+    held = bytearray(buf)
+    word = struct.unpack_from("<q", held, start)[0]
+    held[start : start + 8] = bytes(8)
+    return held, word
+
+
+@pytest.mark.parametrize("seed", range(32))
+def test_uniform_scan_with_head_answers_as_the_general_scan(seed: int) -> None:
+    """A chain of one fixed frame takes the arithmetic path; every answer a replay batch uses, the header rewrite
+    included, is the general scan's. What follows the last whole frame: nothing, a frame the range's end cuts, a PAD
+    to the range's end, zeros; and chains that must go to the general scan: a frame of another length or flags."""
+    rng = random.Random(900 + seed)
+    size = rng.choice([0, 1, 32, 100, 992, 1376, 4064])
+    stride = (size + 32 + 31) & ~31
+    total = rng.choice([64 << 10, 1 << 20, 3 << 20])
+    buf = build_frames([size] * (total // stride + 1), total, seed=seed)
+    written = (total // stride) * stride
+    tail = ["end", "cut", "pad", "zeros", "other-length", "other-flags"][seed % 6]
+    end = written
+    last = written - stride
+    if tail == "cut":
+        end = written - 32 * rng.randint(1, stride // 32) if stride > 32 else written
+    elif tail == "pad":
+        end = last + 32 * rng.randint(1, max(1, stride // 32 - 1))  # shorter than a frame: after the last stride
+        buf[last:written] = bytes(stride)
+        struct.pack_into("<iBBH", buf, last, end - last, 0, 0, F.HDR_TYPE_PAD)
+    elif tail == "zeros":
+        buf[last:written] = bytes(stride)
+    elif tail == "other-length":
+        buf[last:written] = bytes(stride)
+        buf[last : last + 64] = frame_bytes(b"\x01", term_offset=last, term_id=3).ljust(64, b"\0")[:64]
+    elif tail == "other-flags":
+        buf[rng.randrange(1, total // stride) * stride + 5] = F.BEGIN_FRAG_FLAG
+    start = rng.choice([0, stride, stride * 3])
+    held, word = _held(buf, start)
+    scan = F.scan_frames_with_head(held, word, start, end)
+    rest = scan_frames(held, start + stride, end)
+    general = F.HeadedScan(start, int(word & 0xFFFF_FFFF), (word >> 48) & 0xFFFF, (word >> 40) & 0xFF, rest,
+                           rest.stop_offset, rest.stop_reason, rest.stop_frame_length)
+    whole = scan_frames(buf, start, end)
+    if tail in ("end", "cut", "pad") and stride > 32:
+        assert isinstance(scan, F.UniformHeadedScan), tail
+    if tail in ("other-length", "other-flags"):
+        assert not isinstance(scan, F.UniformHeadedScan), tail
+    assert scan.offsets.tolist() == whole.offsets.tolist() == general.offsets.tolist()
+    assert scan.lengths.tolist() == whole.lengths.tolist()
+    assert scan.types.tolist() == whole.types.tolist() and scan.flags.tolist() == whole.flags.tolist()
+    assert (scan.count, scan.stop_offset, scan.stop_reason, scan.pad_offset, scan.pad_length) == (
+        general.count, general.stop_offset, general.stop_reason, general.pad_offset, general.pad_length)
+    assert (scan.stop_offset, scan.stop_reason) == (whole.stop_offset, whole.stop_reason)
+    if general.stride:  # the general scan may not know it (a chain over several windows): then 0
+        assert scan.stride == general.stride
+    if isinstance(scan, F.UniformHeadedScan):
+        assert set(np.diff(scan.offsets).tolist()) <= {scan.stride}
+    for limit in [0, 1, stride - 1, stride, stride + 1, rng.randrange(0, end - start + stride), end - start, 1 << 40]:
+        assert scan.count_starting_before(limit) == general.count_starting_before(limit), limit
+    for n in [0, 1, scan.count // 2, scan.count]:
+        assert scan.end_of(n) == general.end_of(n)
+    n = rng.randint(0, scan.count)
+    got, expected = bytearray(held), bytearray(held)
+    scan.rewrite_session_and_stream(got, n, -7, 0x7FFF_FFFE)
+    general.rewrite_session_and_stream(expected, n, -7, 0x7FFF_FFFE)
+    assert got == expected
+
+
+def test_uniform_scan_rewrite_refuses_frames_past_the_buffer() -> None:
+    scan = F.UniformHeadedScan(0, 1024, F.HDR_TYPE_DATA, 0xC0, 4, 4096, ScanStop.END, 0)
+    with pytest.raises(ValueError, match="out of range"):
+        scan.rewrite_session_and_stream(bytearray(3072), 4, 1, 2)
+
+
 @pytest.mark.parametrize("word_length, frame_type, expected", [
     (0, F.HDR_TYPE_DATA, ScanStop.ZERO_LENGTH),
     (-64, F.HDR_TYPE_DATA, ScanStop.ZERO_LENGTH),
