@@ -132,8 +132,27 @@ class ScanStop(Enum):
     INCOMPLETE = "incomplete"  # the frame at stop_offset does not lie wholly inside the range
 
 
+class _PaddingStop:
+    """`pad_offset` and `pad_length` of a scan from where and why it stopped (shared by the scan classes)."""
+
+    __slots__ = ()
+    stop_offset: int
+    stop_reason: ScanStop
+    stop_frame_length: int
+
+    @property
+    def pad_offset(self) -> int:
+        """Offset of the PAD frame that ended the scan, or -1."""
+        return self.stop_offset if self.stop_reason is ScanStop.PADDING else -1
+
+    @property
+    def pad_length(self) -> int:
+        """Frame length of the PAD frame that ended the scan (runs to the end of its term), or 0."""
+        return self.stop_frame_length if self.stop_reason is ScanStop.PADDING else 0
+
+
 @dataclass(frozen=True, slots=True, eq=False)
-class FrameScan:
+class FrameScan(_PaddingStop):
     """The chain of frames found from `start`; arrays are parallel, offsets are absolute buffer offsets.
 
     Only a plain reference to the scanned buffer is kept (no exported buffer view), so scanning an mmap does not
@@ -165,16 +184,6 @@ class FrameScan:
     def bytes_consumed(self) -> int:
         """Bytes from `start` to the end of the last chained frame (aligned)."""
         return self.stop_offset - self.start
-
-    @property
-    def pad_offset(self) -> int:
-        """Offset of the PAD frame that ended the scan, or -1."""
-        return self.stop_offset if self.stop_reason is ScanStop.PADDING else -1
-
-    @property
-    def pad_length(self) -> int:
-        """Frame length of the PAD frame that ended the scan (runs to the end of its term), or 0."""
-        return self.stop_frame_length if self.stop_reason is ScanStop.PADDING else 0
 
     @property
     def aligned_lengths(self) -> np.ndarray:
@@ -280,7 +289,7 @@ def scan_frames(buf: Any, start: int = 0, end: int | None = None, *, stop_at_pad
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class HeadedScan:
+class HeadedScan(_PaddingStop):
     """The frame chain of `scan_frames_with_head`: a first frame known from a word held apart, then `rest` in place.
 
     It answers what a replay batch needs from a `FrameScan` (count, end, cap, padding, header rewrite) without
@@ -300,14 +309,6 @@ class HeadedScan:
     @property
     def count(self) -> int:
         return 0 if self.rest is None else 1 + self.rest.count
-
-    @property
-    def pad_offset(self) -> int:
-        return self.stop_offset if self.stop_reason is ScanStop.PADDING else -1
-
-    @property
-    def pad_length(self) -> int:
-        return self.stop_frame_length if self.stop_reason is ScanStop.PADDING else 0
 
     @property
     def stride(self) -> int:
@@ -427,7 +428,7 @@ def _uniform_headed_scan(
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class UniformHeadedScan:
+class UniformHeadedScan(_PaddingStop):
     """A `HeadedScan` whose frames all share one first word: one length, type and flags, `stride` bytes apart.
 
     Fixed-size unfragmented messages are the usual replay batch. Its answers are arithmetic and its header rewrite
@@ -447,14 +448,6 @@ class UniformHeadedScan:
     @property
     def stride(self) -> int:
         return align(self.first_length, FRAME_ALIGNMENT)
-
-    @property
-    def pad_offset(self) -> int:
-        return self.stop_offset if self.stop_reason is ScanStop.PADDING else -1
-
-    @property
-    def pad_length(self) -> int:
-        return self.stop_frame_length if self.stop_reason is ScanStop.PADDING else 0
 
     @property
     def offsets(self) -> np.ndarray:
