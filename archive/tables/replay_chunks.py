@@ -68,6 +68,7 @@ from aeron_archive_spark.archive.storage.frames import (
     FrameScan,
     ScanStop,
     compute_position,
+    rewrite_scan_session_and_stream,
     rewrite_session_and_stream,
     scan_frames,
     to_int32,
@@ -485,10 +486,11 @@ class _ReplayFetch:
         scan (`stop_at_padding=False`, exactly `chunk`) goes along, so the decoder does not walk the chunk again.
         """
         scan = scan_frames(chunk, 0, len(chunk), stop_at_padding=False)
-        offsets = scan.offsets
         if scan.stop_reason is ScanStop.INCOMPLETE and len(chunk) - scan.stop_offset >= HEADER_LENGTH:
-            offsets = np.append(offsets, scan.stop_offset)  # a PAD frame cut after its header
-        rewrite_session_and_stream(chunk, offsets, self.session_id, self.recording_stream_id)
+            offsets = np.append(scan.offsets, scan.stop_offset)  # a PAD frame cut after its header
+            rewrite_session_and_stream(chunk, offsets, self.session_id, self.recording_stream_id)
+        else:  # strided stores when the frames are one fixed length (4 MiB of 1 KiB messages: 24 us, not 92)
+            rewrite_scan_session_and_stream(chunk, scan, self.session_id, self.recording_stream_id)
         return chunk, position, scan
 
     def _replay_ended_early(self, image: Image) -> None:

@@ -315,6 +315,28 @@ def test_binary_column_of_a_few_values_joins_them_as_the_view_path_would():
         got.validate(full=True)
 
 
+@pytest.mark.parametrize("length", [0, 1, 12, 13, 32, 100, 992, 1024])
+def test_binary_column_of_strided_values_equals_the_view_path(length):
+    """Values of one length a fixed stride apart (frames of one fixed length) are copied as a strided 2-D view's
+    rows: the same `binary` array as the view-and-cast path's, at the chunk's start or further in."""
+    import numpy as np
+
+    from aeron_archive_spark.archive.tables import decode
+
+    rng = random.Random(length)
+    stride = align(HEADER_LENGTH + length, 32)
+    for count in (decode._JOIN_MAX_VALUES + 1, 500, 4000):
+        first = rng.choice([0, 3]) * stride
+        chunk = np.frombuffer(rng.randbytes(first + count * stride), np.uint8)
+        starts = first + HEADER_LENGTH + np.arange(count, dtype=np.int64) * stride
+        lengths = np.full(count, length, np.int32)
+        got = binary_column(chunk, starts, lengths, stride)
+        got.validate(full=True)
+        assert got.type == pa.binary() and len(got) == count
+        assert got.equals(binary_column(chunk, starts, lengths))
+        assert got.to_pylist()[-1] == bytes(chunk[int(starts[-1]) : int(starts[-1]) + length])
+
+
 def test_batches_of_small_chunks_have_exactly_the_row_schema():
     """Small batches are built of buffers (`from_buffers`, `from_arrays(names=...)`): same schema, same rows."""
     s = Stream()

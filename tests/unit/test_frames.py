@@ -343,6 +343,34 @@ def test_scan_with_head_matches_scan_of_the_whole_range(seed: int) -> None:
             assert len(set(np.diff(scan.offsets).tolist())) <= 1 and scan.stride == (int(scan.lengths[0]) + 31) & ~31
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_a_uniform_run_is_followed_across_windows(seed: int) -> None:
+    """A run of one fixed frame longer than the scan's 1 MiB window is one strided run (the stride kept), wherever
+    a frame of another length, or a PAD, or zeros end it; the chain equals the plain walk's."""
+    rng = random.Random(1200 + seed)
+    size = rng.choice([100, 992, 1024, 1376])
+    stride = (size + 32 + 31) & ~31
+    total = rng.choice([3 << 20, 4 << 20, (5 << 20) + 4096])
+    buf = build_frames([size] * (total // stride), total, seed=seed)
+    cut = rng.randrange(1, total // stride) * stride if seed % 4 else total
+    if seed % 4 == 1:
+        buf[cut : cut + 64] = frame_bytes(b"\x01" * 7, term_offset=cut, term_id=3).ljust(64, b"\0")[:64]
+    elif seed % 4 == 2:
+        struct.pack_into("<iBBH", buf, cut, stride, 0, 0, F.HDR_TYPE_PAD)
+    elif seed % 4 == 3:
+        buf[cut:] = bytes(total - cut)
+    start = rng.choice([0, stride * rng.randrange(1, 50)])
+    for pad in (True, False):
+        scan = scan_frames(buf, start, total, stop_at_padding=pad)
+        offsets, stop_offset, reason = reference_scan(buf, start, total, pad)
+        assert scan.offsets.tolist() == offsets
+        assert (scan.stop_offset, scan.stop_reason) == (stop_offset, reason)
+        if seed % 4 == 0 or (seed % 4 == 3 and cut > start):
+            assert scan.stride == stride  # the whole chain is the one run
+        if scan.stride:
+            assert set(np.diff(scan.offsets).tolist()) <= {scan.stride}
+
+
 def _held(buf: bytearray, start: int) -> tuple[bytearray, int]:
     """The buffer as a replay leaves it in the term (first word zeroed) and the word held apart."""
     held = bytearray(buf)
