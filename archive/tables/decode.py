@@ -109,14 +109,14 @@ def binary_column(chunk: np.ndarray, starts: np.ndarray, lengths: np.ndarray, st
 
 def _strided_binary(chunk: np.ndarray, start: int, length: int, n: int, stride: int) -> pa.Array:
     """`n` values of `length` bytes from `start`, `stride` bytes apart: one copy of a strided 2-D view's rows."""
-    if length == 0:
-        data = np.empty(0, np.uint8)
-    else:
-        data = np.ascontiguousarray(
-            np.ndarray((n, length), dtype=np.uint8, buffer=chunk, offset=start, strides=(stride, 1))
-        )
+    # The copy goes into a buffer of Arrow's memory pool, as the cast's output would: the pool reuses freed memory,
+    # where a fresh numpy array of a few MiB per chunk would be fresh pages, faulted in one by one.
+    data = pa.allocate_buffer(n * length)
+    if length:
+        rows = np.ndarray((n, length), dtype=np.uint8, buffer=chunk, offset=start, strides=(stride, 1))
+        np.copyto(np.frombuffer(data, dtype=np.uint8).reshape(n, length), rows)
     offsets = np.arange(0, (n + 1) * length, length, dtype=np.int32) if length else np.zeros(n + 1, np.int32)
-    return pa.Array.from_buffers(_BINARY, n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    return pa.Array.from_buffers(_BINARY, n, [None, pa.py_buffer(offsets), data])
 
 
 def _joined_binary(chunk: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
