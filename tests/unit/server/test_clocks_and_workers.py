@@ -99,6 +99,42 @@ def test_closing_a_worker_aborts_its_sessions_and_runs_them_to_done_on_its_clock
     assert finished == [running, queued]
 
 
+def test_a_worker_without_sessions_parks_until_one_is_added_and_wakes_on_close(monkeypatch) -> None:
+    """With no session a worker blocks on its hand-over queue: it does not cycle (each wake of a sleeping thread
+    costs CPU), a new session starts at once, and closing does not wait for the park's timeout."""
+    from aeron_archive_spark.archive.server import agent as agent_module
+
+    monkeypatch.setattr(agent_module, "PARK_TIMEOUT_S", 30.0)
+    cycles = 0
+
+    class CountingWorker(SessionWorker):
+        def do_work(self, now_ns: int) -> int:
+            nonlocal cycles
+            cycles += 1
+            return super().do_work(now_ns)
+
+    finished: list[Session] = []
+    done = threading.Event()
+    worker = CountingWorker("worker", lambda ex: None, lambda s: (finished.append(s), done.set()))
+    worker.start()
+    try:
+        time.sleep(0.3)
+        assert cycles <= 2  # parked: no 1 ms idle cycles
+        session = ScriptedSession(1, cycles=3)
+        added = time.monotonic()
+        worker.add_session(session)
+        assert done.wait(5)
+        assert time.monotonic() - added < 0.5 and finished == [session]
+        time.sleep(0.2)
+        parked_at = cycles
+        time.sleep(0.3)
+        assert cycles == parked_at  # parked again once the session is done
+    finally:
+        started = time.monotonic()
+        worker.close()
+    assert time.monotonic() - started < 2.0 and not worker._thread.is_alive()
+
+
 def test_the_agent_loop_reads_its_clock_once_per_cycle_and_passes_that_time_down() -> None:
     clock = FakeClock(now=1_000, step=10)
     seen: list[int] = []
