@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import struct
 import time
 
@@ -148,6 +149,7 @@ def test_fragmented_messages_across_term_boundaries_are_finished_past_the_partit
     expected = disk_frames(harness.ctx.archive_dir, d, 0, stop)
     conn = connection(harness)
     source = ReplayChunkSource(chunk_length=256 * 1024)
+    caplog.set_level(logging.DEBUG, logger="aeron_archive_spark.archive.server.conductor")  # replays: DEBUG
     bounds = list(range(0, stop, term)) + [stop]
     assert len(bounds) > 3
     owned = []
@@ -251,14 +253,13 @@ def test_executor_without_a_driver_starts_an_embedded_one_and_receives_the_repla
 def test_a_partition_whose_last_message_ends_in_the_slack_takes_one_replay(harness, caplog):
     """The chunks of a finished replay reach the decoder before any continuation replay is asked for: a partition
     ending before the recording's end whose last message is complete within `SLACK` costs one replay, not two."""
-    import logging
 
     import pyarrow as pa
 
     from aeron_archive_spark.archive.tables.read import read_batches
     from aeron_archive_spark.connector.source.schema import FIXED_FIELDS, arrow_schema
 
-    caplog.set_level(logging.INFO)
+    caplog.set_level(logging.DEBUG, logger="aeron_archive_spark.archive.server.conductor")  # replays: DEBUG
     d, spans = record_stopped(harness, payloads_of([1000] * 400, seed=21), 3108)
     stop = d.stop_position
     end = 2 * SMALL_TERM  # a term boundary, as planning cuts ranges
