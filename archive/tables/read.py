@@ -21,7 +21,7 @@ from aeron_archive_spark.archive.client.pool import ConnectionPool, connection_p
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
 from aeron_archive_spark.archive.storage.catalog import Catalog
 from aeron_archive_spark.archive.tables.chunks import ChunkSource, DiskChunkSource
-from aeron_archive_spark.archive.tables.decode import MIN_BATCH_BYTES, RangeDecoder
+from aeron_archive_spark.archive.tables.decode import MIN_BATCH_BYTES, DecodedRows, RangeDecoder, merge_decoded
 from aeron_archive_spark.archive.tables.payload import PayloadDecoder
 from aeron_archive_spark.archive.tables.ranges import ReadRange
 from aeron_archive_spark.archive.tables.replay_chunks import ReplayChunkSource
@@ -65,11 +65,27 @@ def read_batches(
 
     `source`: where the frames come from (default: `open_chunk_source(read_range)`).
     """
+    for item in _read_items(read_range, schema, decoder, source, min_batch_bytes, defer_small=False):
+        assert isinstance(item, pa.RecordBatch)
+        yield item
+
+
+def _read_items(
+    read_range: ReadRange,
+    schema: pa.Schema,
+    decoder: PayloadDecoder | None,
+    source: ChunkSource | None,
+    min_batch_bytes: int,
+    defer_small: bool,
+) -> Iterator[pa.RecordBatch | DecodedRows]:
+    """`read_batches`; with `defer_small`, a few whole messages may come as `DecodedRows` (for `read_ranges`)."""
     chunk_source = source if source is not None else open_chunk_source(read_range)
     scanned = getattr(chunk_source, "iter_scanned_chunks", None)
     chunks = scanned(read_range) if scanned is not None else chunk_source.iter_chunks(read_range)
-    decoding = (_StopDecoder if read_range.ends_at_stop else RangeDecoder)(read_range, schema, decoder, min_batch_bytes)
-    yield from decoding.batches(chunks)
+    decoding = (_StopDecoder if read_range.ends_at_stop else RangeDecoder)(
+        read_range, schema, decoder, min_batch_bytes, defer_small=defer_small
+    )
+    yield from decoding.items(chunks)
     log.debug(
         "recording %d range %d [%d, %d): %d rows, %d leading fragments skipped",
         read_range.recording_id,
@@ -93,7 +109,7 @@ def read_ranges(
     """
     ranges = list(ranges)
     sources: dict[bool, ChunkSource] = {}
-    held: list[pa.RecordBatch] = []
+    held: list[pa.RecordBatch | DecodedRows] = []
     held_bytes = 0
     try:
         for read_range in ranges:
@@ -103,32 +119,29 @@ def read_ranges(
                 source = sources[on_disk] = open_chunk_source(read_range)
                 if isinstance(source, ReplayChunkSource) and len(ranges) > 1:
                     source.read_ahead(ranges)
-            for batch in read_batches(read_range, schema, decoder, source):
-                size = batch.get_total_buffer_size()  # `nbytes` walks the buffers' used ranges: slow
-                if size >= MIN_BATCH_BYTES:  # big enough alone: never copied into a merge
-                    if held:
-                        yield _merge(held)
-                        held, held_bytes = [], 0
-                    yield batch
-                    continue
-                held.append(batch)
+            # Small ranges' few messages come as `DecodedRows`: built into Arrow once per merged batch.
+            for item in _read_items(read_range, schema, decoder, source, MIN_BATCH_BYTES, defer_small=True):
+                if isinstance(item, DecodedRows):
+                    size = item.nbytes
+                else:
+                    size = item.get_total_buffer_size()  # `nbytes` walks the buffers' used ranges: slow
+                    if size >= MIN_BATCH_BYTES:  # big enough alone: never copied into a merge
+                        if held:
+                            yield merge_decoded(held)
+                            held, held_bytes = [], 0
+                        yield item
+                        continue
+                held.append(item)
                 held_bytes += size
                 if held_bytes >= MIN_BATCH_BYTES:
-                    yield _merge(held)
+                    yield merge_decoded(held)
                     held, held_bytes = [], 0
         if held:
-            yield _merge(held)
+            yield merge_decoded(held)
     finally:
         for source in sources.values():
             if isinstance(source, ReplayChunkSource):
                 source.close()
-
-
-def _merge(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
-    if len(batches) == 1:
-        return batches[0]
-    table = pa.Table.from_batches(batches)
-    return pa.RecordBatch.from_arrays([column.combine_chunks() for column in table.columns], schema=table.schema)
 
 
 def current_descriptor(read_range: ReadRange, pool: ConnectionPool | None = None) -> RecordingDescriptor | None:

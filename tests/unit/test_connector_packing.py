@@ -241,6 +241,46 @@ def test_read_ranges_reads_in_order_and_merges_small_batches(monkeypatch):
     assert got == expected
 
 
+def test_small_ranges_decoded_together_give_the_same_table_as_each_range_alone(monkeypatch):
+    """Small ranges' messages are kept as numpy columns (`DecodedRows`) and built into Arrow once per merged batch:
+    every column, the schema and the row order must be what the ranges give one by one, whatever their mix
+    (a few whole messages, more than a few, fragmented ones, none)."""
+    import pyarrow as pa
+
+    from aeron_archive_spark.archive.tables import decode
+
+    rng = random.Random(7)
+    streams, ranges = [], []
+    for i in range(60):
+        s = Stream(straddle=False)
+        kind = i % 4
+        count = {0: rng.randint(1, 16), 1: rng.randint(17, 40), 2: rng.randint(1, 6), 3: 0}[kind]
+        for j in range(count):
+            size = rng.choice([0, 1, 12, 13, 100, 700]) if kind != 2 else rng.choice([100, 3000, 5000])
+            s.add(rng.randbytes(size), reserved=rng.randrange(-(1 << 63), 1 << 63))
+        streams.append(s)
+        f = dataclasses.replace(s.facts(), recording_id=500 + i, session_id=1000 + i)  # frames set the stream
+        ranges.append(ReadRange(i, f, s.start, s.position, s.position, "/nowhere", None, ends_at_stop=True))
+    sources = {500 + i: s for i, s in enumerate(streams)}
+
+    class Chunks:
+        def iter_chunks(self, partition: ReadRange):
+            return sources[partition.recording_id].chunks(partition.start, partition.limit, 4096)
+
+    monkeypatch.setattr("aeron_archive_spark.archive.tables.read.open_chunk_source", lambda _r: Chunks())
+    built: list[int] = []
+    rows_batch = decode._rows_batch
+    monkeypatch.setattr(decode, "_rows_batch", lambda rows: (built.append(len(rows)), rows_batch(rows))[1])
+    together = pa.Table.from_batches(list(read_ranges(ranges, SCHEMA, None)), schema=SCHEMA)
+    assert built and sum(built) >= 15  # the small ranges did go the deferred way
+    alone = pa.Table.from_batches(
+        [b for r in ranges for b in read_batches(r, SCHEMA, None, Chunks())], schema=SCHEMA
+    )
+    assert together.num_rows == alone.num_rows == sum(len(s.messages) for s in streams)
+    assert together.equals(alone)
+    assert together.column("sessionId").to_pylist()[:1] == [1000]  # the recording's, not the frames'
+
+
 def test_open_cost_defaults_to_the_cost_of_the_path_and_can_be_set():
     from aeron_archive_spark.archive.tables.options import SourceOptions
 
