@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -127,9 +128,14 @@ def _joined_binary(chunk: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -
     offsets = np.empty(n + 1, dtype=np.int32)
     offsets[0] = 0
     np.cumsum(lengths, out=offsets[1:])
-    view = memoryview(chunk)
-    data = b"".join([view[s : s + length] for s, length in zip(starts.tolist(), lengths.tolist(), strict=True)])
+    data = _joined_values(chunk, starts, lengths)
     return pa.Array.from_buffers(_BINARY, n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _joined_values(chunk: Any, starts: np.ndarray, lengths: np.ndarray) -> bytes:
+    """The bytes of a few values of `chunk`, one after the other (a copy: nothing points into `chunk` after)."""
+    view = memoryview(chunk)
+    return b"".join([view[s : s + length] for s, length in zip(starts.tolist(), lengths.tolist(), strict=True)])
 
 
 def _int_array(values: np.ndarray, dtype: type[np.integer], arrow_type: pa.DataType) -> pa.Array:
@@ -508,14 +514,8 @@ class RangeDecoder:
         self, chunk: memoryview, positions: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, reserved: np.ndarray
     ) -> DecodedRows:
         """`_build`'s columns for a few whole messages, left as numpy arrays and bytes copied out of `chunk`."""
-        view = memoryview(chunk)
         value_lengths = lengths.astype(np.int32) - HEADER_LENGTH
-        data = b"".join(
-            [
-                view[start : start + length]
-                for start, length in zip((offsets + HEADER_LENGTH).tolist(), value_lengths.tolist(), strict=True)
-            ]
-        )
+        data = _joined_values(chunk, offsets + HEADER_LENGTH, value_lengths)
         return DecodedRows(
             self._rid,
             self._session_id,
