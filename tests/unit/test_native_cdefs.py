@@ -92,3 +92,19 @@ def test_header_values_keep_aeronc_pack_4_layout(generated: Any) -> None:
     assert generated.offsetof("aeron_header_values_t", "initial_term_id") == 32
     assert generated.offsetof("aeron_header_values_t", "position_bits_to_shift") == 36
     assert generated.sizeof("aeron_header_values_t") == 44
+
+
+def test_without_the_generated_module_the_declarations_are_parsed(parsed: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tree without the generated module (or one written by a cffi this one cannot read) still works."""
+    real_import = importlib.import_module
+
+    def failing_import(name: str, package: str | None = None) -> Any:
+        if name.endswith(aeron_cdefs.ABI_MODULE):
+            raise ImportError(f"no {name}")
+        return real_import(name, package)
+
+    monkeypatch.setattr(importlib, "import_module", failing_import)
+    fallback = ffi_module._load_ffi()
+    assert fallback is not ffi_module.ffi
+    assert fallback.list_types() == parsed.list_types()
+    assert fallback.offsetof("aeron_header_values_t", "position_bits_to_shift") == 36
