@@ -10,8 +10,10 @@ worker's, each CLI command's), and the generated module loads them in ~1 ms. Aft
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import cffi
+if TYPE_CHECKING:
+    import cffi
 
 CDEF = """
 typedef struct aeron_context_stct aeron_context_t;
@@ -316,7 +318,9 @@ ABI_MODULE = "aeron_cdefs_abi"
 
 def parsed() -> cffi.FFI:
     """An FFI with the declarations parsed now (pycparser): what the generated module is made from, and the
-    fallback when it cannot be loaded."""
+    fallback when it cannot be loaded. cffi's Python package (~4 ms to import) is needed only here."""
+    import cffi
+
     ffi = cffi.FFI()
     ffi.cdef(CDEF)
     ffi.cdef(CDEF_PACK4, pack=1)
