@@ -8,6 +8,7 @@ meanwhile go to `recording_signal_consumer`; an ERROR raises `ArchiveError` with
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -39,7 +40,7 @@ from aeron_archive_spark.archive.constants import (
     RecordingSignal,
     SourceLocation,
 )
-from aeron_archive_spark.archive.descriptor import RecordingDescriptor
+from aeron_archive_spark.archive.descriptor import DescriptorDecodeError, RecordingDescriptor, descriptor_from_body
 from aeron_archive_spark.archive.exceptions import (
     ArchiveDisconnectedError,
     ArchiveError,
@@ -56,6 +57,8 @@ from aeron_archive_spark.archive.native import (
 log = logging.getLogger(__name__)
 
 FRAGMENT_LIMIT = 10
+_SBE_HEADER_LENGTH = 8
+_DESCRIPTOR_HEAD = struct.Struct("<HHHHqq")  # SBE header, then RecordingDescriptor's controlSessionId, correlationId
 # Waiting for a control response: empty polls that only yield the CPU before the 0.1 ms sleeps begin.
 RESPONSE_WAIT_YIELDS = 10
 # Requests sent without waiting whose later responses are kept apart (`heed`): the most recent this many.
@@ -286,17 +289,31 @@ class AeronArchive:
         self.close()
 
     # -- polling -------------------------------------------------------------------------------------------
+    def _decode_response(self, data: memoryview) -> Any:
+        """A response message; a RecordingDescriptor straight into a `RecordingDescriptor` (see `DescriptorMessage`)."""
+        if len(data) >= _DESCRIPTOR_HEAD.size:
+            block_length, template_id, schema_id, _version, control_session_id, correlation_id = (
+                _DESCRIPTOR_HEAD.unpack_from(data)
+            )
+            if template_id == t.RECORDING_DESCRIPTOR and schema_id == self._codec.schema_id:
+                try:
+                    descriptor = descriptor_from_body(data, _SBE_HEADER_LENGTH, len(data), block_length)
+                except DescriptorDecodeError as ex:
+                    raise CodecError(f"RecordingDescriptor: {ex}") from ex
+                return DescriptorMessage(control_session_id, correlation_id, descriptor)
+        return self._codec.decode(data)
+
     def _poll_messages(self) -> list[Any]:
         """Drain what arrived; signals go to the consumer, everything else is returned in order."""
         received: list[Any] = []
 
         def on_fragment(data: memoryview, header: Any) -> None:
             try:
-                received.append(self._codec.decode(data))
+                received.append(self._decode_response(data))
             except CodecError as ex:
                 log.warning("undecodable message on the control response stream: %s", ex)
 
-        self._subscription.poll(on_fragment, FRAGMENT_LIMIT)
+        self._subscription.poll(on_fragment, FRAGMENT_LIMIT, with_header=False)
         out = []
         for msg in self._inbox + received:
             if msg.template_id == t.RECORDING_SIGNAL_EVENT:
@@ -810,7 +827,28 @@ def _replay_fields(
     }
 
 
+class DescriptorMessage:
+    """A RecordingDescriptor response, decoded in one pass into the `RecordingDescriptor` it carries.
+
+    Listing a channel's recordings brings one per recording (a stream lists them on every trigger), and the
+    generic codec's message plus a copy into a `RecordingDescriptor` cost about twice as much.
+    """
+
+    __slots__ = ("control_session_id", "correlation_id", "descriptor")
+    template_id = t.RECORDING_DESCRIPTOR
+
+    def __init__(self, control_session_id: int, correlation_id: int, descriptor: RecordingDescriptor) -> None:
+        self.control_session_id = control_session_id
+        self.correlation_id = correlation_id
+        self.descriptor = descriptor
+
+    def __repr__(self) -> str:
+        return f"DescriptorMessage({self.descriptor!r})"
+
+
 def descriptor_from_message(msg: Any) -> RecordingDescriptor:
+    if isinstance(msg, DescriptorMessage):
+        return msg.descriptor
     return RecordingDescriptor(
         control_session_id=msg.control_session_id,
         correlation_id=msg.correlation_id,

@@ -105,10 +105,11 @@ def cstr(ptr: Any) -> str:
 class PollState:
     """Per-poller state shared with the C callbacks through a handle; lives as long as the poller."""
 
-    __slots__ = ("__weakref__", "error", "handle", "handler", "values", "values_buffer")
+    __slots__ = ("__weakref__", "error", "handle", "handler", "values", "values_buffer", "with_header")
 
     def __init__(self) -> None:
         self.handler: Any = None
+        self.with_header = True  # False: fragment handlers get None for the header (nothing read for it)
         self.error: BaseException | None = None
         self.values = ffi.new("aeron_header_values_t *")
         self.values_buffer = ffi.buffer(self.values)
@@ -160,12 +161,14 @@ def _fragment_trampoline(clientd: Any, buffer: Any, length: int, header: Any) ->
     state: PollState = ffi.from_handle(clientd)
     if state.error is not None:
         return ACTION_ABORT
-    lib = get_lib()
-    lib.aeron_header_values(header, state.values)
-    fields: _HeaderFields = _HEADER_FIELDS.unpack_from(state.values_buffer)
-    _, _, _, term_offset, _, _, term_id, _, initial_term_id, bits = fields
-    start_position = _compute_position(term_id, term_offset, bits, initial_term_id)
-    values = HeaderValues(*fields, lib.aeron_header_position(header), start_position)
+    values: HeaderValues | None = None
+    if state.with_header:
+        lib = get_lib()
+        lib.aeron_header_values(header, state.values)
+        fields: _HeaderFields = _HEADER_FIELDS.unpack_from(state.values_buffer)
+        _, _, _, term_offset, _, _, term_id, _, initial_term_id, bits = fields
+        start_position = _compute_position(term_id, term_offset, bits, initial_term_id)
+        values = HeaderValues(*fields, lib.aeron_header_position(header), start_position)
     view = memoryview(ffi.buffer(buffer, length)).toreadonly()
     try:
         action = state.handler(view, values)

@@ -258,21 +258,22 @@ class PollingHandle(NativeHandle):
             self.assembler = out[0]
         return self.assembler
 
-    def fragment_poll(self, handler: FragmentHandler, fragment_limit: int) -> int:
+    def fragment_poll(self, handler: FragmentHandler, fragment_limit: int, with_header: bool = True) -> int:
         """Reassembled messages to `handler`; see Subscription.poll."""
-        return self._poll(handler, True, fragment_limit)
+        return self._poll(handler, True, fragment_limit, with_header)
 
     def block_poll(self, handler: BlockHandler, block_length_limit: int) -> int:
         """Blocks of whole frames to `handler`; see Subscription.block_poll and Image.block_poll."""
         return self._poll(handler, False, block_length_limit)
 
-    def _poll(self, handler: Any, fragments: bool, limit: int) -> int:
+    def _poll(self, handler: Any, fragments: bool, limit: int, with_header: bool = True) -> int:
         """Run one C poll with `handler` installed; 0 once closed. A handler's exception is raised after C returns."""
         with self.lock:
             if self.is_closed_locked():
                 return 0
             state = self.ensure_poll_state()
             state.handler = handler
+            state.with_header = with_header
             self.polling_thread = threading.get_ident()
             try:
                 if fragments:

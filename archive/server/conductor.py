@@ -778,7 +778,7 @@ class ArchiveConductor(Agent):
         self._start_listing(
             session,
             ListRecordingsSession(
-                session, self.catalog, correlation_id, from_id, count, uri_filter(channel, stream_id)
+                session, self.catalog, correlation_id, from_id, count, uri_filter(self.catalog, channel, stream_id)
             ),
         )
 

@@ -38,7 +38,7 @@ from aeron_archive_spark.archive.constants import (
     NULL_VALUE,
     RecordingState,
 )
-from aeron_archive_spark.archive.descriptor import RecordingDescriptor
+from aeron_archive_spark.archive.descriptor import DescriptorDecodeError, RecordingDescriptor, descriptor_from_body
 from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
 from aeron_archive_spark.archive.storage.checksums import Checksum
 from aeron_archive_spark.archive.storage.frames import (
@@ -809,6 +809,23 @@ class Catalog:
             frame_length = self._frame_length_at(offset)
             return bytes(mm[offset + DESCRIPTOR_HEADER_LENGTH + RECORDING_ID_OFFSET : offset + frame_length])
 
+    def matches_uri(self, recording_id: int, stream_id: int, channel_fragment: bytes) -> bool:
+        """Aeron's ListRecordingsForUri test, read from the entry's bytes: the stream id equals `stream_id` and the
+        original channel contains `channel_fragment` (ASCII); False for an id that is not VALID.
+
+        A listing asks this of every entry it scans, so it decodes nothing: Java's `ListRecordingsForUriSession`
+        also compares the raw bytes.
+        """
+        with self._lock:
+            offset = self._index.offset(recording_id)
+            if offset is None:
+                return False
+            mm = self._require_map()
+            if _I32.unpack_from(mm, offset + DESCRIPTOR_HEADER_LENGTH + STREAM_ID_OFFSET)[0] != to_int32(stream_id):
+                return False
+            start, end = self._original_channel_span(offset)
+            return mm.find(channel_fragment, start, end) >= 0
+
     def recording_ids(self, from_id: int = 0) -> Iterator[int]:
         """VALID recording ids >= from_id in ascending order (a snapshot, so the catalog may change meanwhile)."""
         with self._lock:
@@ -851,7 +868,10 @@ class Catalog:
                 (frame_stream_id,) = _I32.unpack_from(mm, body + STREAM_ID_OFFSET)
                 if frame_session_id != to_int32(session_id) or frame_stream_id != to_int32(stream_id):
                     continue
-                if not fragment or fragment in self._var_fields(offset)[1]:
+                if not fragment:
+                    return recording_id
+                start, end = self._original_channel_span(offset)
+                if mm.find(fragment, start, end) >= 0:
                     return recording_id
         return NULL_VALUE
 
@@ -940,57 +960,29 @@ class Catalog:
                 return offset
         return None
 
-    def _var_fields(self, offset: int) -> tuple[bytes, bytes, bytes]:
+    def _original_channel_span(self, offset: int) -> tuple[int, int]:
+        """Where the entry's original channel (its second var field) lies in the map."""
         mm = self._require_map()
         frame_end = offset + self._frame_length_at(offset)
         cursor = offset + DESCRIPTOR_HEADER_LENGTH + VAR_DATA_OFFSET
-        values: list[bytes] = []
-        for _ in range(3):
+        for field in range(2):  # the stripped channel, then the original channel
             if cursor + 4 > frame_end:
                 raise ArchiveError(f"corrupt catalog entry at offset {offset}: {self._path}")
             (length,) = _U32.unpack_from(mm, cursor)
             if cursor + 4 + length > frame_end:
                 raise ArchiveError(f"corrupt catalog entry at offset {offset}: {self._path}")
-            values.append(bytes(mm[cursor + 4 : cursor + 4 + length]))
+            if field == 1:
+                return cursor + 4, cursor + 4 + length
             cursor += 4 + length
-        return values[0], values[1], values[2]
+        raise AssertionError("unreachable")
 
     def _decode(self, offset: int) -> RecordingDescriptor:
-        mm = self._require_map()
-        (
-            control_session_id,
-            correlation_id,
-            recording_id,
-            start_timestamp,
-            stop_timestamp,
-            start_position,
-            stop_position,
-            initial_term_id,
-            segment_file_length,
-            term_buffer_length,
-            mtu_length,
-            session_id,
-            stream_id,
-        ) = _BLOCK.unpack_from(mm, offset + DESCRIPTOR_HEADER_LENGTH)
-        stripped, original, source = self._var_fields(offset)
-        return RecordingDescriptor(
-            control_session_id=control_session_id,
-            correlation_id=correlation_id,
-            recording_id=recording_id,
-            start_timestamp=start_timestamp,
-            stop_timestamp=stop_timestamp,
-            start_position=start_position,
-            stop_position=stop_position,
-            initial_term_id=initial_term_id,
-            segment_file_length=segment_file_length,
-            term_buffer_length=term_buffer_length,
-            mtu_length=mtu_length,
-            session_id=session_id,
-            stream_id=stream_id,
-            stripped_channel=stripped.decode("ascii", errors="replace"),
-            original_channel=original.decode("ascii", errors="replace"),
-            source_identity=source.decode("ascii", errors="replace"),
-        )
+        try:
+            return descriptor_from_body(
+                self._require_map(), offset + DESCRIPTOR_HEADER_LENGTH, offset + self._frame_length_at(offset)
+            )
+        except DescriptorDecodeError as ex:
+            raise ArchiveError(f"corrupt catalog entry at offset {offset}: {self._path} ({ex})") from ex
 
     def _compute_checksum(self, offset: int, length: int) -> int:
         if self._checksum is None:

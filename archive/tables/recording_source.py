@@ -82,11 +82,6 @@ class RecordingNotFoundError(LookupError):
     """A selected recording does not exist (or no longer exists) at the location."""
 
 
-def matches_subscription(descriptor: RecordingDescriptor, channel: str, stream_id: int) -> bool:
-    """Aeron's ListRecordingsForUri rule: same stream id, original channel contains the fragment."""
-    return descriptor.stream_id == stream_id and channel in descriptor.original_channel
-
-
 class RecordingSource(ABC):
     """Descriptors, ends and start positions of the selected recordings at one location."""
 
@@ -377,11 +372,15 @@ class DiskRecordingSource(RecordingSource):
                 found = (catalog.find(rid) for rid in selection.recording_ids)
                 return {d.recording_id: d for d in found if d is not None}
             assert selection.channel is not None and selection.stream_id is not None
-            return {
-                d.recording_id: d
-                for d in catalog.descriptors()
-                if matches_subscription(d, selection.channel, selection.stream_id)
-            }
+            # Matched on the entries' bytes, as the archive's ListRecordingsForUri does: only matches are decoded.
+            fragment = selection.channel.encode("ascii", errors="replace")
+            matched: dict[int, RecordingDescriptor] = {}
+            for rid in catalog.recording_ids():
+                if catalog.matches_uri(rid, selection.stream_id, fragment):
+                    descriptor = catalog.find(rid)
+                    if descriptor is not None:
+                        matched[rid] = descriptor
+            return matched
 
     def recorded_end(self, descriptor: RecordingDescriptor) -> int:
         if not descriptor.is_active:

@@ -171,6 +171,28 @@ def test_ipc_fragment_poll_reassembles_large_and_empty_messages(client: AeronCli
         assert ends[1] - ends[0] == HEADER_LENGTH  # the 0-byte message is a bare header
 
 
+def test_fragment_poll_without_header_passes_none_and_the_same_messages(client: AeronClient, stream_id: int) -> None:
+    with client.add_subscription("aeron:ipc", stream_id) as subscription, client.add_exclusive_publication(
+        "aeron:ipc?term-length=1m", stream_id
+    ) as publication:
+        wait_until(lambda: publication.is_connected and subscription.is_connected, "IPC connection")
+        first, second = [b"a", bytes(range(256)) * 400], [b"", b"last"]  # the large one is fragmented
+        for payload in first:
+            offer_until_accepted(lambda p=payload: publication.offer(p))
+        received: list[tuple[bytes, object]] = []
+
+        def without(data: memoryview, header: object) -> None:
+            received.append((bytes(data), header))
+
+        wait_until(lambda: subscription.poll(without, 10, with_header=False) >= 0 and len(received) >= 2, "two")
+        for payload in second:  # then with headers again: the flag is per poll, not sticky
+            offer_until_accepted(lambda p=payload: publication.offer(p))
+        with_headers = poll_messages(subscription.poll, 2)
+        assert received == [(first[0], None), (first[1], None)]
+        assert [data for data, _ in with_headers] == second
+        assert all(header.session_id == publication.session_id for _, header in with_headers)
+
+
 def test_block_poll_delivers_whole_frames(client: AeronClient, stream_id: int) -> None:
     with client.add_subscription("aeron:ipc", stream_id) as subscription, client.add_exclusive_publication(
         "aeron:ipc?term-length=64k", stream_id

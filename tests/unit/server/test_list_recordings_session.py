@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from aeron_archive_spark.archive.codecs import CODEC
-from aeron_archive_spark.archive.constants import ControlResponseCode
+from aeron_archive_spark.archive.constants import ControlResponseCode, RecordingState
 from aeron_archive_spark.archive.server.control_response_proxy import ControlResponseProxy
 from aeron_archive_spark.archive.server.list_recordings_session import (
     MAX_SCANS_PER_WORK_CYCLE,
@@ -160,23 +160,49 @@ def test_back_pressure_pauses_the_listing_and_it_resumes_at_the_refused_recordin
 
 def test_listing_for_a_uri_sends_only_matching_recordings(catalog: Catalog) -> None:
     responder = FakeResponder()
-    run(ListRecordingsSession(responder, catalog, CORRELATION_ID, 0, 3, uri_filter("ipc", 1002)))
+    run(ListRecordingsSession(responder, catalog, CORRELATION_ID, 0, 3, uri_filter(catalog, "ipc", 1002)))
     assert listed_ids(responder) == [1, 3, 5]
     assert endings(responder) == []
     responder.responses.clear()
-    run(ListRecordingsSession(responder, catalog, CORRELATION_ID, 5, 10, uri_filter("alias=rec", 1001)))
+    run(ListRecordingsSession(responder, catalog, CORRELATION_ID, 5, 10, uri_filter(catalog, "alias=rec", 1001)))
     assert listed_ids(responder) == [6, 8]
     assert endings(responder) == [(CORRELATION_ID, 10, ControlResponseCode.RECORDING_UNKNOWN)]
 
 
-def test_uri_filter_matches_the_original_channel_and_the_exact_stream() -> None:
-    class D:
-        stream_id = 1001
-        original_channel = "aeron:udp?endpoint=localhost:40123|alias=x"
+def test_uri_filter_matches_the_original_channel_and_the_exact_stream(catalog: Catalog) -> None:
+    matches = uri_filter(catalog, "endpoint=localhost:40123", 1001)
+    assert [rid for rid in range(10) if matches(rid)] == [0, 2, 4, 6, 8]
+    assert not any(uri_filter(catalog, "endpoint=localhost:40123", 1002)(rid) for rid in range(10))
+    assert not any(uri_filter(catalog, "aeron:ipc", 1001)(rid) for rid in range(10))
+    # Only the original channel counts: the alias is not in the stripped channel.
+    assert [rid for rid in range(10) if uri_filter(catalog, "alias=rec3", 1002)(rid)] == [3]
+    assert not uri_filter(catalog, "", 1001)(10)  # no such recording
+    assert not uri_filter(catalog, "ipc\u00e9", 1002)(1)  # US-ASCII bytes, as Java sends them: "ipc?"
 
-    assert uri_filter("endpoint=localhost:40123", 1001)(D())
-    assert not uri_filter("endpoint=localhost:40123", 1002)(D())
-    assert not uri_filter("aeron:ipc", 1001)(D())
+
+@pytest.mark.parametrize("fragment", ["", "aeron", "ipc", "udp?endpoint", "|alias=rec1", "rec1", "x", "40123|"])
+@pytest.mark.parametrize("stream_id", [1001, 1002])
+def test_uri_filter_on_the_raw_entry_agrees_with_the_decoded_descriptor(
+    catalog: Catalog, fragment: str, stream_id: int
+) -> None:
+    add_recordings(catalog, 8)  # more ids, so the ids' digits change the var fields' lengths
+    raw = uri_filter(catalog, fragment, stream_id)
+    for rid in range(catalog.next_recording_id):
+        d = catalog.get(rid)
+        assert raw(rid) == (d.stream_id == stream_id and fragment in d.original_channel), (rid, fragment)
+
+
+def test_a_recording_invalidated_during_a_listing_is_skipped(catalog: Catalog) -> None:
+    responder = FakeResponder()
+    session = ListRecordingsSession(responder, catalog, CORRELATION_ID, 0, 100)
+    assert catalog.change_state(4, RecordingState.INVALID)
+    run(session)
+    assert listed_ids(responder) == [0, 1, 2, 3, 5, 6, 7, 8, 9]
+    responder.responses.clear()
+    session = ListRecordingsSession(responder, catalog, CORRELATION_ID, 0, 100, uri_filter(catalog, "udp", 1001))
+    assert catalog.change_state(6, RecordingState.INVALID)
+    run(session)
+    assert listed_ids(responder) == [0, 2, 8]
 
 
 def test_abort_ends_the_listing_without_further_responses(catalog: Catalog) -> None:
