@@ -97,8 +97,20 @@ class RecordingSource(ABC):
         """The location, for messages."""
 
     @abstractmethod
-    def list_selected(self) -> dict[int, RecordingDescriptor]:
-        """Fresh descriptors of the selected recordings that exist, by id (ids the selection names may be missing)."""
+    def list_selected(self, from_id: int = 0) -> dict[int, RecordingDescriptor]:
+        """Fresh descriptors of the selected recordings that exist, by id (ids the selection names may be missing);
+        only those with an id >= `from_id` (recording ids only grow: newer recordings)."""
+
+    @abstractmethod
+    def find_recordings(self, ids: Iterable[int]) -> dict[int, RecordingDescriptor]:
+        """Fresh descriptors of those of `ids` that exist (selected or not), by id."""
+
+    def refresh(self, ids: Iterable[int], from_id: int | None) -> dict[int, RecordingDescriptor]:
+        """`find_recordings(ids)`, plus `list_selected(from_id)` unless `from_id` is None (one question each)."""
+        found = self.find_recordings(ids)
+        if from_id is not None:
+            found.update(self.list_selected(from_id))
+        return found
 
     @abstractmethod
     def recorded_end(self, descriptor: RecordingDescriptor) -> int:
@@ -285,6 +297,11 @@ def _first_boundary(chunks: Iterator[tuple[memoryview, int]], start: int) -> int
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def _found_in(catalog: Catalog, ids: Iterable[int]) -> dict[int, RecordingDescriptor]:
+    found = (catalog.find(rid) for rid in ids)
+    return {d.recording_id: d for d in found if d is not None}
+
+
 class _Counters:
     """rec-pos counter reads through the pool's client on this host's media driver (absent when none runs here)."""
 
@@ -365,22 +382,35 @@ class DiskRecordingSource(RecordingSource):
         except ArchiveError as ex:
             raise OptionError(f"option archiveDir: cannot read the catalog of {self.archive_dir}: {ex}") from ex
 
-    def list_selected(self) -> dict[int, RecordingDescriptor]:
-        selection = self.options.selection
+    def list_selected(self, from_id: int = 0) -> dict[int, RecordingDescriptor]:
         with self._catalog() as catalog:
-            if selection.recording_ids is not None:
-                found = (catalog.find(rid) for rid in selection.recording_ids)
-                return {d.recording_id: d for d in found if d is not None}
-            assert selection.channel is not None and selection.stream_id is not None
-            # Matched on the entries' bytes, as the archive's ListRecordingsForUri does: only matches are decoded.
-            fragment = selection.channel.encode("ascii", errors="replace")
-            matched: dict[int, RecordingDescriptor] = {}
-            for rid in catalog.recording_ids():
-                if catalog.matches_uri(rid, selection.stream_id, fragment):
-                    descriptor = catalog.find(rid)
-                    if descriptor is not None:
-                        matched[rid] = descriptor
-            return matched
+            return self._selected_in(catalog, from_id)
+
+    def find_recordings(self, ids: Iterable[int]) -> dict[int, RecordingDescriptor]:
+        with self._catalog() as catalog:
+            return _found_in(catalog, ids)
+
+    def refresh(self, ids: Iterable[int], from_id: int | None) -> dict[int, RecordingDescriptor]:
+        with self._catalog() as catalog:  # opening a catalog reads every entry's header: once for both
+            found = _found_in(catalog, ids)
+            if from_id is not None:
+                found.update(self._selected_in(catalog, from_id))
+            return found
+
+    def _selected_in(self, catalog: Catalog, from_id: int) -> dict[int, RecordingDescriptor]:
+        selection = self.options.selection
+        if selection.recording_ids is not None:
+            return _found_in(catalog, (rid for rid in selection.recording_ids if rid >= from_id))
+        assert selection.channel is not None and selection.stream_id is not None
+        # Matched on the entries' bytes, as the archive's ListRecordingsForUri does: only matches are decoded.
+        fragment = selection.channel.encode("ascii", errors="replace")
+        matched: dict[int, RecordingDescriptor] = {}
+        for rid in catalog.recording_ids(max(from_id, 0)):
+            if catalog.matches_uri(rid, selection.stream_id, fragment):
+                descriptor = catalog.find(rid)
+                if descriptor is not None:
+                    matched[rid] = descriptor
+        return matched
 
     def recorded_end(self, descriptor: RecordingDescriptor) -> int:
         if not descriptor.is_active:
@@ -481,16 +511,26 @@ class RemoteRecordingSource(RecordingSource):
                 raise ArchiveError(f"{what}: the {self.describe()} answered: {ex}", ex.error_code) from ex
         raise AssertionError("unreachable")
 
-    def list_selected(self) -> dict[int, RecordingDescriptor]:
+    def list_selected(self, from_id: int = 0) -> dict[int, RecordingDescriptor]:
         selection = self.options.selection
+        if selection.recording_ids is not None:
+            return self.find_recordings(rid for rid in selection.recording_ids if rid >= from_id)
 
         def listing(archive: AeronArchive) -> list[RecordingDescriptor]:
-            if selection.recording_ids is not None:
-                found = [archive.list_recording(rid) for rid in selection.recording_ids]
-                return [d for d in found if d is not None]
             assert selection.channel is not None and selection.stream_id is not None
-            return archive.list_recordings_for_uri(0, 2**31 - 1, selection.channel, selection.stream_id)
+            return archive.list_recordings_for_uri(max(from_id, 0), 2**31 - 1, selection.channel, selection.stream_id)
 
+        return {d.recording_id: d for d in self._ask("listing recordings", listing)}
+
+    def find_recordings(self, ids: Iterable[int]) -> dict[int, RecordingDescriptor]:
+        wanted = list(ids)
+
+        def listing(archive: AeronArchive) -> list[RecordingDescriptor]:
+            found = [archive.list_recording(rid) for rid in wanted]
+            return [d for d in found if d is not None]
+
+        if not wanted:
+            return {}
         return {d.recording_id: d for d in self._ask("listing recordings", listing)}
 
     def recorded_end(self, descriptor: RecordingDescriptor) -> int:

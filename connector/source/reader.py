@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 class ReaderBase:
     """Mixin for AeronArchiveBatchReader / AeronArchiveStreamReader."""
 
-    _UNPICKLED = ("_source", "_decoder", "_decoder_built")
+    _UNPICKLED: tuple[str, ...] = ("_source", "_decoder", "_decoder_built")
 
     def _setup(self, options: Mapping[str, str], schema: StructType, streaming: bool) -> None:
         self.options = SourceOptions.parse(options, streaming, OPTIONS)

@@ -25,6 +25,7 @@ from pyspark.sql.types import StructType
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
 from aeron_archive_spark.archive.tables.ranges import RecordingFacts
 from aeron_archive_spark.archive.tables.recording_source import stopped_positions
+from aeron_archive_spark.archive.tables.selection_listing import SelectionListing
 from aeron_archive_spark.connector.source.batch_reader import (
     DataLossError,
     resolve_start,
@@ -52,12 +53,15 @@ def share_budget(needs: Mapping[int, int], budget: int) -> dict[int, int]:
 class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets `{"<recordingId>": position}`; admission control by bytes; AvailableNow with a fixed target."""
 
+    _UNPICKLED = (*ReaderBase._UNPICKLED, "_listing")
+
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self._setup(options, schema, streaming=True)
         self._initial: dict[str, int] | None = None
         self._latest: dict[str, int] | None = None
         self._target: dict[int, int] | None = None
         self._descriptors: dict[int, RecordingDescriptor] = {}
+        self._listing: SelectionListing | None = None
         # recording id -> (planned end, surviving end) of a batch cut short by data loss (failOnDataLoss=false):
         # the next batch starting at that planned end goes back to the surviving end (see `_rewound`).
         self._rewinds: dict[int, tuple[int, int]] = {}
@@ -104,10 +108,19 @@ class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTrigg
             "Trigger.AvailableNow: reading %s up to %s", self.options.selection.describe(), to_offset(self._target)
         )
 
+    @property
+    def listing(self) -> SelectionListing:
+        """The triggers' listing of the selection (the source's: a new one if the source was reopened)."""
+        source = self.source
+        listing = getattr(self, "_listing", None)  # absent on an unpickled copy
+        if listing is None or listing.source is not source:
+            listing = self._listing = SelectionListing(source)
+        return listing
+
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         starts = from_offset(start, "start offset")
         source = self.source
-        listed = source.list_selected()
+        listed = self.listing.current(starts)
         self._descriptors = listed
         explicit = self.options.selection.recording_ids
         ids = set(listed) | set(starts)

@@ -21,8 +21,12 @@ A micro-batch's duration feeds back into the next one's size (rows = rate x dura
 shows up amplified when a per-row cost is not negligible, and the figures swing with the machine's load: compare
 sources within a run, over several rounds.
 
-Run: `python -m tests.benchmarks.bench_live_tail [--quick] [--rounds R] [--seconds S] [--rate N] [--sources ...]`
-(`BENCH_LIVE_TAIL_TRACE=1` prints every progress report).
+`--stopped-recordings N` first records N small stopped recordings on the live recording's channel and stream, and
+the archive sources then select by `channel` + `streamId` (starting at `latest`) instead of by `recordingId`: what
+a live tail costs when its channel has a history of many recordings (every trigger has to account for them).
+
+Run: `python -m tests.benchmarks.bench_live_tail [--quick] [--rounds R] [--seconds S] [--rate N] [--sources ...]
+[--stopped-recordings N]` (`BENCH_LIVE_TAIL_TRACE=1` prints every progress report).
 """
 
 from __future__ import annotations
@@ -168,6 +172,21 @@ class Phase:
     load: str = ""
 
 
+def record_stopped(h: Harness, channel: str, count: int) -> None:
+    """`count` stopped recordings of 4 messages each on `channel` + STREAM_ID (already being recorded)."""
+    for _ in range(count):
+        starts = len(h.signals.of(RecordingSignal.START))
+        publication = h.client.aeron.add_exclusive_publication(channel, STREAM_ID)
+        recording_id = h.await_signal(RecordingSignal.START, count=starts + 1).recording_id
+        for _ in range(4):
+            while publication.offer(bytes(PAYLOAD)) <= 0:
+                time.sleep(0.00001)
+        target = publication.position
+        wait_for(lambda rid=recording_id, t=target: h.client.get_recording_position(rid) >= t, what="recorded")
+        publication.close()
+        h.await_signal(RecordingSignal.STOP, recording_id, timeout=30)
+
+
 def run_phase(spark: Any, source: str, fmt: str, options: dict[str, str], seconds: float, warmup: float,
               checkpoint_root: str) -> Phase:
     phase = Phase(source)
@@ -250,6 +269,8 @@ def main() -> None:
     parser.add_argument("--prime", type=float, default=8.0, help="seconds of an uncounted first run per source")
     parser.add_argument("--rate", type=int, default=1000, help="messages per second")
     parser.add_argument("--sources", default="floor,archiveDir,replay")
+    parser.add_argument("--stopped-recordings", type=int, default=0,
+                        help="small stopped recordings on the live channel + stream first; select by channel")
     add_driver_argument(parser)
     args = parser.parse_args()
     if args.quick:
@@ -279,8 +300,10 @@ def main() -> None:
     phases: dict[str, list[Phase]] = {}
     try:
         h.client.start_recording(channel, STREAM_ID, SourceLocation.LOCAL)
+        record_stopped(h, channel, args.stopped_recordings)
+        starts = len(h.signals.of(RecordingSignal.START))
         publication = h.client.aeron.add_exclusive_publication(channel, STREAM_ID)
-        recording_id = h.await_signal(RecordingSignal.START).recording_id
+        recording_id = h.await_signal(RecordingSignal.START, count=starts + 1).recording_id
         publisher = Publisher(publication, records, args.rate)
         publisher.start()
         wait_for(lambda: publisher is not None and publisher.sent > 10, timeout=10, what="publishing")
@@ -293,6 +316,12 @@ def main() -> None:
                                          "controlResponseChannel": "aeron:ipc", "replayChannel": "aeron:ipc",
                                          "recordingId": str(recording_id), "startingPosition": "latest"}),
         }
+        if args.stopped_recordings:
+            for _, opts in (options["archiveDir"], options["replay"]):
+                del opts["recordingId"]
+                opts.update({"channel": channel, "streamId": str(STREAM_ID)})
+            print(f"{args.stopped_recordings} stopped recordings on the channel; the archive sources select by "
+                  "channel + streamId", flush=True)
         sources = [s for s in args.sources.split(",") if s]
         print(f"{_load()}; {args.rounds} round(s) of {args.seconds:.0f} s (+{args.warmup:.0f} s warm-up) per source, "
               f"{args.rate} msg/s of {PAYLOAD} B", flush=True)

@@ -98,3 +98,63 @@ def test_planning_through_the_archive_replays_nothing(many):
     rows_read = sum(batch.num_rows for p in partitions for batch in reader.read(p))
     assert conductor._replay_id - replays == COUNT
     assert rows_read == len(many[1])
+
+
+@pytest.mark.parametrize("path", ["archiveDir", "replay"])
+def test_a_streams_triggers_list_settled_recordings_only_in_the_periodic_full_listing(aeron_dir, tmp_path, path):
+    """New and unsettled recordings are seen on every trigger; a settled one's truncation at the next full listing."""
+    from pyspark.sql.datasource import ReadAllAvailable
+
+    from aeron_archive_spark.archive.tables.selection_listing import SelectionListing
+    from aeron_archive_spark.connector.source.batch_reader import DataLossError
+    from aeron_archive_spark.connector.source.stream_reader import AeronArchiveStreamReader
+
+    class Clock:
+        now = 0.0
+
+        def __call__(self) -> float:
+            return self.now
+
+    h = Harness(aeron_dir, str(tmp_path / "archive"))
+    try:
+        h.client.start_recording(CHANNEL, STREAM, SourceLocation.LOCAL)
+        recorders = []
+        for i in range(20):
+            rec = Recorder(h, CHANNEL, STREAM, start=False)
+            rec.publish(payloads_of([100, 30 + i], seed=i))
+            rec.publication.close()
+            recorders.append(rec)
+        for rec in recorders:
+            h.await_signal(RecordingSignal.STOP, rec.recording_id)
+        options = source_options(h, remote=path == "replay", channel=CHANNEL, streamId=STREAM)
+        reader = AeronArchiveStreamReader({k.lower(): v for k, v in options.items()}, FIXED_FIELDS)
+        clock = Clock()
+        reader._listing = listing = SelectionListing(reader.source, clock)
+        stops = {rec.recording_id: h.client.get_stop_position(rec.recording_id) for rec in recorders}
+
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert end == {str(rid): stop for rid, stop in stops.items()}
+        assert (listing.full_listings, listing.partial_listings) == (1, 0)
+
+        assert reader.latestOffset(end, ReadAllAvailable()) == end  # all settled: nothing asked but new ids
+        assert (listing.full_listings, listing.partial_listings) == (1, 1)
+
+        new = Recorder(h, CHANNEL, STREAM, start=False)  # a new recording: seen at the next trigger
+        new.publish(payloads_of([64], seed=99))
+        latest = reader.latestOffset(end, ReadAllAvailable())
+        assert latest[str(new.recording_id)] == new.publication.position
+        assert (listing.full_listings, listing.partial_listings) == (1, 2)
+        new.publication.close()
+        h.await_signal(RecordingSignal.STOP, new.recording_id)
+
+        settled = recorders[3].recording_id  # truncated after the stream read it all: seen at the next full listing
+        h.client.truncate_recording(settled, h.client.list_recording(settled).start_position)
+        assert reader.latestOffset(latest, ReadAllAvailable())[str(settled)] == stops[settled]
+        clock.now = 2.0  # past any full-listing interval
+        with pytest.raises(DataLossError, match=f"recording {settled} was truncated"):
+            reader.latestOffset(latest, ReadAllAvailable())
+        assert listing.full_listings == 2
+        reader.stop()
+    finally:
+        h.close()

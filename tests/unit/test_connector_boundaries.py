@@ -24,8 +24,11 @@ class FakeSource(RecordingSource):
     def describe(self) -> str:
         return "fake"
 
-    def list_selected(self):
-        return {5: self.descriptor()}
+    def list_selected(self, from_id=0):
+        return {5: self.descriptor()} if from_id <= 5 else {}
+
+    def find_recordings(self, ids):
+        return {5: self.descriptor()} if 5 in ids else {}
 
     def descriptor(self) -> RecordingDescriptor:
         s = self.stream
