@@ -778,6 +778,26 @@ class Catalog:
             offset = self._index.offset(recording_id)
             return None if offset is None else self._decode(offset)
 
+    def find_cached(
+        self, recording_id: int, cache: dict[int, tuple[bytes, RecordingDescriptor]]
+    ) -> RecordingDescriptor | None:
+        """`find`, reusing the descriptor `cache` holds for identical entry bytes (and caching a new decode).
+
+        A stream lists the same recordings on every trigger, from a catalog opened afresh each time: comparing an
+        entry's ~200 bytes costs a small part of decoding them.
+        """
+        with self._lock:
+            offset = self._index.offset(recording_id)
+            if offset is None:
+                return None
+            raw = self._require_map()[offset + DESCRIPTOR_HEADER_LENGTH : offset + self._frame_length_at(offset)]
+            hit = cache.get(recording_id)
+            if hit is not None and hit[0] == raw:
+                return hit[1]
+            descriptor = self._decode(offset)
+            cache[recording_id] = (raw, descriptor)
+            return descriptor
+
     def get(self, recording_id: int) -> RecordingDescriptor:
         """Like `find`, but an unknown id raises ArchiveError UNKNOWN_RECORDING (the server's reply)."""
         with self._lock:

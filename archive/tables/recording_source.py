@@ -297,11 +297,6 @@ def _first_boundary(chunks: Iterator[tuple[memoryview, int]], start: int) -> int
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _found_in(catalog: Catalog, ids: Iterable[int]) -> dict[int, RecordingDescriptor]:
-    found = (catalog.find(rid) for rid in ids)
-    return {d.recording_id: d for d in found if d is not None}
-
-
 class _Counters:
     """rec-pos counter reads through the pool's client on this host's media driver (absent when none runs here)."""
 
@@ -372,6 +367,8 @@ class DiskRecordingSource(RecordingSource):
         )
         self._tail: dict[int, int] = {}
         self._chunk_source = DiskChunkSource(_SCAN_CHUNK)
+        # recording id -> (entry bytes, descriptor): listings decode only entries that changed since the last one
+        self._decoded: dict[int, tuple[bytes, RecordingDescriptor]] = {}
 
     def describe(self) -> str:
         return f"archive directory {self.archive_dir} (archiveDir)"
@@ -388,28 +385,36 @@ class DiskRecordingSource(RecordingSource):
 
     def find_recordings(self, ids: Iterable[int]) -> dict[int, RecordingDescriptor]:
         with self._catalog() as catalog:
-            return _found_in(catalog, ids)
+            return self._found_in(catalog, ids)
 
     def refresh(self, ids: Iterable[int], from_id: int | None) -> dict[int, RecordingDescriptor]:
         with self._catalog() as catalog:  # opening a catalog reads every entry's header: once for both
-            found = _found_in(catalog, ids)
+            found = self._found_in(catalog, ids)
             if from_id is not None:
                 found.update(self._selected_in(catalog, from_id))
             return found
 
+    def _found_in(self, catalog: Catalog, ids: Iterable[int]) -> dict[int, RecordingDescriptor]:
+        found = (catalog.find_cached(rid, self._decoded) for rid in ids)
+        return {d.recording_id: d for d in found if d is not None}
+
     def _selected_in(self, catalog: Catalog, from_id: int) -> dict[int, RecordingDescriptor]:
         selection = self.options.selection
         if selection.recording_ids is not None:
-            return _found_in(catalog, (rid for rid in selection.recording_ids if rid >= from_id))
+            return self._found_in(catalog, (rid for rid in selection.recording_ids if rid >= from_id))
         assert selection.channel is not None and selection.stream_id is not None
-        # Matched on the entries' bytes, as the archive's ListRecordingsForUri does: only matches are decoded.
+        # Matched on the entries' bytes, as the archive's ListRecordingsForUri does: only matches are decoded,
+        # and only when their entry changed since this source last decoded it.
         fragment = selection.channel.encode("ascii", errors="replace")
         matched: dict[int, RecordingDescriptor] = {}
         for rid in catalog.recording_ids(max(from_id, 0)):
             if catalog.matches_uri(rid, selection.stream_id, fragment):
-                descriptor = catalog.find(rid)
+                descriptor = catalog.find_cached(rid, self._decoded)
                 if descriptor is not None:
                     matched[rid] = descriptor
+        if from_id <= 0:  # a full listing: forget what no longer exists
+            for rid in [rid for rid in self._decoded if rid not in matched]:
+                del self._decoded[rid]
         return matched
 
     def recorded_end(self, descriptor: RecordingDescriptor) -> int:

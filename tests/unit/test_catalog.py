@@ -156,6 +156,24 @@ def test_stop_extend_positions_and_state(tmp_path: Path) -> None:
         assert list(catalog.recording_ids()) == [rid, other]
 
 
+def test_find_cached_decodes_only_entries_that_changed(tmp_path: Path) -> None:
+    cache: dict[int, Any] = {}
+    with Catalog(tmp_path, capacity=4096, clock_ms=clock) as catalog:
+        rid, other = add(catalog), add(catalog, 1)
+        first = catalog.find_cached(rid, cache)
+        assert first == catalog.find(rid) and set(cache) == {rid}
+        with Catalog(tmp_path, writable=False) as reader:  # another opening of the file: same bytes, same object
+            assert reader.find_cached(rid, cache) is first
+        catalog.recording_stopped(rid, 8192, 5555)
+        with Catalog(tmp_path, writable=False) as reader:
+            stopped = reader.find_cached(rid, cache)
+            assert stopped is not None and stopped is not first and stopped.stop_position == 8192
+            assert reader.find_cached(other, cache) == catalog.find(other)
+            assert reader.find_cached(99, cache) is None
+        catalog.change_state(other, RecordingState.INVALID)
+        assert catalog.find_cached(other, cache) is None
+
+
 def test_wire_bytes_run_to_end_of_aligned_frame(tmp_path: Path) -> None:
     with Catalog(tmp_path, capacity=4096, clock_ms=clock) as catalog:
         rid = add(catalog)
