@@ -40,7 +40,12 @@ from aeron_archive_spark.archive.constants import (
     RecordingSignal,
     SourceLocation,
 )
-from aeron_archive_spark.archive.descriptor import DescriptorDecodeError, RecordingDescriptor, descriptor_from_body
+from aeron_archive_spark.archive.descriptor import (
+    DESCRIPTOR_BLOCK_LENGTH,
+    DescriptorDecodeError,
+    RecordingDescriptor,
+    descriptor_from_body,
+)
 from aeron_archive_spark.archive.exceptions import (
     ArchiveDisconnectedError,
     ArchiveError,
@@ -295,7 +300,11 @@ class AeronArchive:
             block_length, template_id, schema_id, _version, control_session_id, correlation_id = (
                 _DESCRIPTOR_HEAD.unpack_from(data)
             )
-            if template_id == t.RECORDING_DESCRIPTOR and schema_id == self._codec.schema_id:
+            if (
+                template_id == t.RECORDING_DESCRIPTOR
+                and schema_id == self._codec.schema_id
+                and block_length >= DESCRIPTOR_BLOCK_LENGTH  # else an older sender's: the codec handles those
+            ):
                 try:
                     descriptor = descriptor_from_body(data, _SBE_HEADER_LENGTH, len(data), block_length)
                 except DescriptorDecodeError as ex:

@@ -67,6 +67,16 @@ def test_a_truncated_body_is_refused_never_read_past_its_end() -> None:
         AeronArchive._decode_response(SimpleNamespace(_codec=CODEC), memoryview(message[:-1]))  # type: ignore[arg-type]
 
 
+def test_an_older_senders_shorter_block_goes_through_the_codec() -> None:
+    values, body = random_body(random.Random(3))
+    short = DESCRIPTOR_BLOCK.size - 8  # the last two int32 fields missing: the codec fills them in as null
+    message = HEADER.pack(short, 22, 101, 14) + body[:short] + body[DESCRIPTOR_BLOCK.size :]
+    decoded = AeronArchive._decode_response(SimpleNamespace(_codec=CODEC), memoryview(message))  # type: ignore[arg-type]
+    assert not isinstance(decoded, DescriptorMessage)
+    assert decoded == CODEC.decode(message)
+    assert (decoded.recording_id, decoded.original_channel) == (values[2], values[14])
+
+
 def test_other_responses_still_go_through_the_codec() -> None:
     ok = ControlResponseProxy().control_response(7, 8, 9, 0, "")
     decoded = AeronArchive._decode_response(SimpleNamespace(_codec=CODEC), memoryview(ok))  # type: ignore[arg-type]
