@@ -145,6 +145,11 @@ class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTrigg
                 if rid in starts:
                     self._vanished(rid, starts[rid])
                 continue  # an explicitly named recording that does not exist yet: nothing to read
+            stop = descriptor.stop_position
+            settled = starts.get(rid) == stop and not descriptor.is_active and descriptor.start_position <= stop
+            if settled and rid not in self._rewinds:  # read to its stop: what the checks below conclude, unasked
+                latest[rid] = begins[rid] = ends[rid] = stop
+                continue
             available = source.planning_end(descriptor, known_boundary=starts.get(rid))
             checkpointed = starts.get(rid, descriptor.start_position)
             begin = self._rewound(rid, checkpointed)
