@@ -38,7 +38,13 @@ from aeron_archive_spark.archive.constants import (
     NULL_VALUE,
     RecordingState,
 )
-from aeron_archive_spark.archive.descriptor import DescriptorDecodeError, RecordingDescriptor, descriptor_from_body
+from aeron_archive_spark.archive.descriptor import (
+    DESCRIPTOR_BLOCK,
+    DESCRIPTOR_BLOCK_LENGTH,
+    DescriptorDecodeError,
+    RecordingDescriptor,
+    descriptor_from_body,
+)
 from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
 from aeron_archive_spark.archive.storage.checksums import Checksum
 from aeron_archive_spark.archive.storage.frames import (
@@ -92,8 +98,7 @@ DESCRIPTOR_LENGTH_OFFSET = 0
 DESCRIPTOR_STATE_OFFSET = 4
 DESCRIPTOR_CHECKSUM_OFFSET = 8
 
-# RecordingDescriptor body (SBE template 22, block length 80), relative to entry offset + 32.
-DESCRIPTOR_BLOCK_LENGTH = 80
+# RecordingDescriptor body (SBE template 22, block length DESCRIPTOR_BLOCK_LENGTH = 80), relative to entry offset + 32.
 CONTROL_SESSION_ID_OFFSET = 0
 CORRELATION_ID_OFFSET = 8
 RECORDING_ID_OFFSET = 16
@@ -115,7 +120,7 @@ MIN_CAPACITY = CATALOG_HEADER_LENGTH
 MAX_CAPACITY = 2**31 - 1
 RECOVERY_CHUNK_LENGTH = 1024 * 1024
 
-_BLOCK = struct.Struct("<qqqqqqqiiiiii")
+_BLOCK = DESCRIPTOR_BLOCK
 _I32 = struct.Struct("<i")
 _U32 = struct.Struct("<I")
 _I64 = struct.Struct("<q")

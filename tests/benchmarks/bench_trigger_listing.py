@@ -5,8 +5,8 @@ extensions and truncations all show in the listing), and Spark calls `latestOffs
 tail is idle. So its cost per recording is paid continuously, by the archive and by Spark's driver.
 
 One `aeron-archive serve` runs in a process of its own (as in production: its conductor does not share this
-process's interpreter); stream A of one channel holds `--recordings` stopped recordings of 4 small messages plus one live one,
-stream B only a live one (the same-run baseline). Alternated, `--repeat` rounds of `--triggers` each, medians:
+process's interpreter); stream A of one channel holds `--recordings` stopped recordings of 4 small messages
+plus one live one, stream B only a live one (the same-run baseline). Alternated, `--repeat` rounds of `--triggers` each, medians:
 
 - `list`: `ListRecordingsForUri` through the archive (client round trip for every descriptor), with the CPU the
   serve process and this process spent per listing;
