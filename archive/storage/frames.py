@@ -61,6 +61,7 @@ HEADER_STRUCT = struct.Struct("<iBBHiiiiq")
 _INT32 = struct.Struct("<i")
 _INT64 = struct.Struct("<q")
 _UINT16 = struct.Struct("<H")
+_SESSION_AND_STREAM = struct.Struct("<ii")  # adjacent in the header: session id, then stream id
 
 # Below this many 32-byte slots a plain loop beats the fixed cost of the numpy path (measured: ~40 us setup).
 _SMALL_SCAN_SLOTS = 48
@@ -172,6 +173,10 @@ class FrameScan(_PaddingStop):
     # > 0 when the frames are known to lie exactly `stride` bytes apart (one fixed frame length): bulk operations
     # can then use strided views instead of gathers and scatters. 0 when unknown or mixed.
     stride: int = 0
+    # A short scan's frames as the Python lists the walk built (offsets, lengths, types, flags; equal to the
+    # arrays), or None. A small recording's handful of frames is decoded from them with plain Python, where
+    # numpy's fixed cost per operation would be most of the work (see `archive.tables.decode`).
+    frame_lists: tuple[list[int], list[int], list[int], list[int]] | None = None
 
     @property
     def count(self) -> int:
@@ -293,6 +298,7 @@ def scan_frames(buf: Any, start: int = 0, end: int | None = None, *, stop_at_pad
             stop_offset,
             reason,
             stop_length,
+            frame_lists=(offsets, lengths, types, flags),
         )
     return _scan_windows(buf, start, end, stop_at_padding)
 
@@ -846,6 +852,15 @@ def rewrite_scan_session_and_stream(buf: Any, scan: FrameScan, session_id: int, 
     count = scan.count
     stride = scan.stride
     if count == 0:
+        return
+    if scan.frame_lists is not None:  # a short scan's handful of frames: numpy's fixed costs would dominate
+        offsets = scan.frame_lists[0]
+        if offsets[0] < 0 or offsets[-1] + HEADER_LENGTH > buffer_length(buf):
+            raise ValueError("frame offset out of range of the buffer")
+        pack = _SESSION_AND_STREAM.pack_into
+        session, stream = to_int32(session_id), to_int32(stream_id)
+        for offset in offsets:
+            pack(buf, offset + SESSION_ID_FIELD_OFFSET, session, stream)
         return
     if stride <= 0:
         rewrite_session_and_stream(buf, scan.offsets, session_id, stream_id)

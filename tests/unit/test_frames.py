@@ -317,6 +317,27 @@ def test_strided_rewrite_equals_the_scatter_and_stride_is_set_only_for_one_fixed
     assert got == expected
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_a_short_scan_carries_its_frames_as_lists_and_rewrites_through_them(seed: int) -> None:
+    """A short scan (a small recording's frames) keeps the lists its walk built, equal to its arrays, and its
+    session/stream rewrite goes through them: the same bytes as the scatter, nothing outside its frames touched."""
+    rng = random.Random(900 + seed)
+    lengths = [rng.choice([0, 1, 31, 100, 300]) for _ in range(rng.randint(1, 12))]
+    buf = build_frames(lengths, 1536, garbage=True, seed=seed)
+    end = rng.randrange(0, len(buf) + 1) & ~31 if rng.random() < 0.3 else len(buf)
+    scan = scan_frames(buf, 0, end)
+    assert scan.frame_lists is not None
+    offsets, frame_lengths, types, flags = scan.frame_lists
+    assert offsets == scan.offsets.tolist() and frame_lengths == scan.lengths.tolist()
+    assert types == scan.types.tolist() and flags == scan.flags.tolist()
+    assert scan.head(max(scan.count - 1, 0)).frame_lists is None or scan.count == 0
+    expected, got = bytearray(buf), bytearray(buf)
+    F.rewrite_session_and_stream(expected, scan.offsets, -5, 0x7FFF_FFFF)
+    F.rewrite_scan_session_and_stream(got, scan, -5, 0x7FFF_FFFF)
+    assert got == expected
+    assert scan_frames(bytearray(1 << 16), 0).frame_lists is None  # a long scan: arrays only
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_scan_with_head_matches_scan_of_the_whole_range(seed: int) -> None:
     """The first word held apart (the term holds zeros there) scans exactly as the whole range does."""
