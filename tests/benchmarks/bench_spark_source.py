@@ -217,6 +217,8 @@ def main() -> None:
     parser.add_argument("--rows-1k", type=int, default=300_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--sizes", default="64,1024", help="message sizes to measure, of 64 and 1024")
+    parser.add_argument("--max-bytes-per-partition", default=None,
+                        help="the maxBytesPerPartition option of both reads (default: the connector's)")
     add_driver_argument(parser)
     args = parser.parse_args()
 
@@ -254,6 +256,8 @@ def main() -> None:
             remote = {"aeronDir": h.aeron_dir, "controlChannel": h.ctx.local_control_channel,
                       "controlStreamId": str(h.ctx.local_control_stream_id), "controlResponseChannel": "aeron:ipc",
                       "replayChannel": "aeron:ipc", "recordingId": str(recording_id)}
+            if args.max_bytes_per_partition:
+                disk["maxBytesPerPartition"] = remote["maxBytesPerPartition"] = args.max_bytes_per_partition
             ipc = os.path.join(root, f"ceiling-{payload}.arrow")
             ceiling_options = {"path": ipc, "slices": build_ceiling_file(disk, ipc)}
             cases = {
