@@ -544,11 +544,11 @@ class RangeDecoder:
         general path then decides, so both give the same rows). Sets no state unless it answers.
 
         A small recording is a handful of frames: the general path's two dozen numpy and Arrow operations, a few
-        microseconds each whatever their size, were most of its cost (122 against ~20 us for four frames).
+        microseconds each whatever their size, were most of its cost (four frames scanned and decoded: 122 us by
+        the general path, 56 with this one).
         """
         offsets, lengths, types, flags = frame_lists
         end = self._p.end
-        view = chunk
         unpack_reserved = _RESERVED.unpack_from
         positions: list[int] = []
         reserved: list[int] = []
@@ -565,9 +565,9 @@ class RangeDecoder:
             if frame_flags & UNFRAGMENTED != UNFRAGMENTED or len(positions) == _JOIN_MAX_VALUES:
                 return None
             positions.append(frame_position)
-            reserved.append(unpack_reserved(view, offset + RESERVED_VALUE_OFFSET)[0])
+            reserved.append(unpack_reserved(chunk, offset + RESERVED_VALUE_OFFSET)[0])
             value_lengths.append(length - HEADER_LENGTH)
-            parts.append(view[offset + HEADER_LENGTH : offset + length])
+            parts.append(chunk[offset + HEADER_LENGTH : offset + length])
         if not positions:
             return None
         self._seen_begin = True
