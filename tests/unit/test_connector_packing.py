@@ -242,7 +242,7 @@ def test_read_ranges_reads_in_order_and_merges_small_batches(monkeypatch):
 
 
 def test_small_ranges_decoded_together_give_the_same_table_as_each_range_alone(monkeypatch):
-    """Small ranges' messages are kept as numpy columns (`DecodedRows`) and built into Arrow once per merged batch:
+    """Small ranges' messages are kept as lists (`DecodedRows`) and built into Arrow once per merged batch:
     every column, the schema and the row order must be what the ranges give one by one, whatever their mix
     (a few whole messages, more than a few, fragmented ones, none)."""
     import pyarrow as pa
