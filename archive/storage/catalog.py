@@ -120,7 +120,6 @@ MIN_CAPACITY = CATALOG_HEADER_LENGTH
 MAX_CAPACITY = 2**31 - 1
 RECOVERY_CHUNK_LENGTH = 1024 * 1024
 
-_BLOCK = DESCRIPTOR_BLOCK
 _I32 = struct.Struct("<i")
 _U32 = struct.Struct("<I")
 _I64 = struct.Struct("<q")
@@ -558,7 +557,7 @@ class Catalog:
                 continue
             if segments_by_id is None:
                 segments_by_id = index_segment_files(self._archive_dir)
-            block = _BLOCK.unpack_from(mm, body)
+            block = DESCRIPTOR_BLOCK.unpack_from(mm, body)
             recording_id, start_position = block[2], block[5]
             segment_length, term_length = block[8], block[9]
             segment = highest_segment_file(segments_by_id.get(recording_id, []))
@@ -672,7 +671,7 @@ class Catalog:
             body = offset + DESCRIPTOR_HEADER_LENGTH
 
             mm[offset : offset + frame_length] = bytes(frame_length)
-            _BLOCK.pack_into(
+            DESCRIPTOR_BLOCK.pack_into(
                 mm,
                 body,
                 0,

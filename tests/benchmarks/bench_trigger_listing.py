@@ -6,7 +6,8 @@ tail is idle. So its cost per recording is paid continuously, by the archive and
 
 One `aeron-archive serve` runs in a process of its own (as in production: its conductor does not share this
 process's interpreter); stream A of one channel holds `--recordings` stopped recordings of 4 small messages
-plus one live one, stream B only a live one (the same-run baseline). Alternated, `--repeat` rounds of `--triggers` each, medians:
+plus one live one, stream B only a live one (the same-run baseline). Alternated, `--repeat` rounds of
+`--triggers` each, medians:
 
 - `list`: `ListRecordingsForUri` through the archive (client round trip for every descriptor), with the CPU the
   serve process and this process spent per listing;
