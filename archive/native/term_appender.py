@@ -189,24 +189,31 @@ class TermAppender:
         self.term_offset = new_offset
         return self.position
 
-    def append_padding_to_term_end(self, frame_length: int) -> int:
-        """Write a PAD frame of `frame_length` (header included) that ends the current term: Aeron's `appendPadding`.
+    def append_padding(self, frame_length: int) -> int:
+        """Write a PAD frame of `frame_length` bytes (header included) at the tail: Java's `appendPadding`.
 
-        Its aligned length must be exactly what is left of the term: a replay only appends a recording's own
-        end-of-term PAD this way, and the next append starts the next term.
+        A replay appends a recording's own PADs this way, wherever they lie in their term: the one that closes a term
+        (the next append then starts the next term) and those a publisher's `appendPadding` or a receiver's gap fill
+        left in the middle. Any length that fits in the rest of the term, as Java's replay reproduces what Java's
+        publications write, including PADs longer than the C client's `append_padding` accepts. Only the header is
+        written: the body is the driver's cleaned term, as after Java's `appendPadding`. The word after the PAD must
+        not hold a frame length (nothing read past the PAD may be left there): readers go straight on to it.
         """
         remaining = self.term_length - self.term_offset
-        if frame_length < _HEADER_LENGTH or (frame_length + _FRAME_ALIGNMENT - 1) & -_FRAME_ALIGNMENT != remaining:
-            raise ValueError(f"a PAD frame of {frame_length} bytes does not end the term ({remaining} bytes left)")
+        aligned = (frame_length + _FRAME_ALIGNMENT - 1) & -_FRAME_ALIGNMENT
+        if frame_length < _HEADER_LENGTH or aligned > remaining:
+            raise ValueError(
+                f"a PAD frame of {frame_length} bytes does not fit in the {remaining} bytes left in the term"
+            )
         frame = self._index * self.term_length + self.term_offset
-        self._set_tail(self.term_length)
+        self._set_tail(self.term_offset + aligned)
         words = frame >> 3
         self._int64[words + 3] = 0
         self._int64[words + 2] = _int64(((self.term_id & 0xFFFF_FFFF) << 32) | (self.stream_id & 0xFFFF_FFFF))
         self._int64[words + 1] = _int64(((self.session_id & 0xFFFF_FFFF) << 32) | self.term_offset)
         first_word = (_HDR_TYPE_PAD << 48) | (_UNFRAGMENTED << 40) | frame_length
         self._set_release(self._base + words, first_word)
-        self.term_offset = self.term_length
+        self.term_offset += aligned
         return self.position
 
     def _set_tail(self, term_offset: int) -> None:

@@ -1023,6 +1023,7 @@ class ArchiveConductor(Agent):
             send_ok=lambda corr, rid: self.enqueue(lambda: self._send_ok(control_session_id, corr, rid)),
             send_error=lambda corr, code, message: self._send_error(control_session_id, corr, code, message),
             appender=appender,
+            appender_factory=lambda: self._term_appender(publication),
         )
         self._replays[replay_session_id] = replay
         self.counters.replay_sessions.set(len(self._replays))

@@ -1,10 +1,18 @@
 """Replays a recording onto an exclusive publication: INIT → REPLAY → INACTIVE → DONE (Aeron's `ReplaySession`).
 
 Runs on the replayer thread. Each duty cycle reads at most one replay buffer (never across a term), finds the
-whole DATA frames in it with a bulk frame scan, rewrites their session/stream ids in bulk, and offers them as
-one block; a PAD frame becomes `append_padding`. The publication was created at the recording's
-`init-term-id`/`term-id`/`term-offset`, so replay positions equal recording positions. A PAD that does not run to
-the end of its term is a damaged DATA frame: the replay fails there rather than skip a message.
+whole frames in it with a bulk frame scan, rewrites their session/stream ids in bulk, and appends them as one
+block. The publication was created at the recording's `init-term-id`/`term-id`/`term-offset`, so replay positions
+equal recording positions.
+
+PAD frames are frames like any other, wherever they lie in their term (the one closing a term, and those a
+publisher's `appendPadding` or a receiver's gap fill leaves in the middle): their length says where the next frame
+starts, and each reaches the replay publication as padding at its recorded position, as Java's `ReplaySession`
+appends it. A PAD travels inside the block when it can; alone (`append_padding`) when its body was not read or,
+through the C client, when it would be the block's first frame (`offer_block` wants a DATA frame first). A PAD
+longer than the C client's `append_padding` accepts moves the replay onto its own term appender. Beyond Java's
+header checks, a PAD whose body holds non-zero bytes fails the replay: recorders write only a PAD's header, so that
+is a DATA frame whose type was hit (see `frames.pad_body_is_clear`).
 
 Any failure during the replay (a damaged recording, an I/O error, an error of the C client) ends the replay with an
 error for its control session: a replay never ends silently short of its stop position.
@@ -20,20 +28,22 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aeron_archive_spark.archive.constants import COUNTER_RECORD_ALLOCATED as RECORD_ALLOCATED
 from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
 from aeron_archive_spark.archive.native import MAX_POSITION_EXCEEDED, NOT_CONNECTED, PUBLICATION_CLOSED
 from aeron_archive_spark.archive.server.counters import WorkerTotals
 from aeron_archive_spark.archive.storage import frames
-from aeron_archive_spark.archive.storage.checksums import Checksum, first_checksum_mismatch
+from aeron_archive_spark.archive.storage.checksums import Checksum, first_checksum_mismatch, frame_checksum
 from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
 
 if TYPE_CHECKING:
     from aeron_archive_spark.archive.native import CountersReader, ExclusivePublication, TermAppender
 
 log = logging.getLogger(__name__)
+
+_Scan = frames.FrameScan | frames.HeadedScan | frames.UniformHeadedScan
 
 
 class ReplaySessionState(Enum):
@@ -103,6 +113,7 @@ class ReplaySession:
         send_ok: Callable[[int, int], None],
         send_error: Callable[[int, int, str], None],
         appender: TermAppender | None = None,
+        appender_factory: Callable[[], TermAppender | None] | None = None,
     ) -> None:
         """`now_ns` is the conductor's time at the request; the replay must connect within `connect_timeout_ns`.
 
@@ -110,8 +121,9 @@ class ReplaySession:
         the requesting control session; `nano_clock` times the reads for the replayer's statistics.
 
         `appender`, the publication's own log mapping, makes the replay read the file straight into the term (one
-        copy instead of `pread` + `offer_block`'s two); it is not used with replay checksums, which must check the
-        frames before they enter the log. The session closes it.
+        copy instead of `pread` + `offer_block`'s two); the conductor does not give one with replay checksums. The
+        session closes it. `appender_factory` makes one later, for a PAD that the C client cannot append (see
+        `_pad_alone`); frames are then checked in the term, before they are published.
         """
         self.replay_session_id = replay_session_id
         self.correlation_id = correlation_id
@@ -132,6 +144,7 @@ class ReplaySession:
         self._appender = appender if checksum is None else None
         if appender is not None and self._appender is None:
             appender.close()
+        self._appender_factory = appender_factory
         self._head = bytearray(8)  # the first word of a block read into the term (see term_appender)
         self._first_word = 0
         self._deadline_ns = now_ns + connect_timeout_ns
@@ -305,7 +318,9 @@ class ReplaySession:
             self.back_pressured = True
             return 0
         if self._batch_position != self.replay_position:
-            self._prepare_batch()
+            taking_over = self._prepare_batch()
+            if taking_over is not None:  # a PAD the C client cannot append: the term appender takes over
+                return self._replay_into_term(taking_over)
         work = 0
         if self._batch_length > 0:
             result = pub.offer_block(self._view[: self._batch_length])
@@ -351,7 +366,7 @@ class ReplaySession:
             self._batch_length = 0
             work += 1
         if self._pad_length > 0:
-            appender.append_padding_to_term_end(self._pad_length)
+            appender.append_padding(self._pad_length)
             self.replay_position += frames.align(self._pad_length, frames.FRAME_ALIGNMENT)
             self._pad_length = 0
             work += 1
@@ -360,10 +375,11 @@ class ReplaySession:
         return work
 
     def _prepare_batch_in_term(self, appender: TermAppender) -> None:
-        """`_prepare_batch` with the term as the buffer: read, scan, rewrite headers, cut off what is past the batch.
+        """`_prepare_batch` with the term as the buffer: read, scan, check, rewrite headers, cut off what is past it.
 
         Only the block's first word is held back (in `_first_word`); every other byte read is already in the term,
-        beyond the tail, where no reader goes before the first word is published.
+        beyond the tail, where no reader goes before the first word is published. A PAD whose body was not all
+        read goes alone after the block; its header is written then, and nothing was read past it.
         """
         position = self.replay_position
         term_offset = appender.term_offset
@@ -379,10 +395,16 @@ class ReplaySession:
         self._count_read(read, self._nano_clock() - before)
         self._first_word = int.from_bytes(head, "little", signed=True)
         term = appender.term_buffer()  # dropped with the scan on return (a view of the mapping)
-        scan = frames.scan_frames_with_head(term, self._first_word, term_offset, term_offset + read)
+        end = term_offset + read
+        scan = frames.scan_frames_with_head(term, self._first_word, term_offset, end, stop_at_padding=False)
         count, batch_length, cap = self._batch_of(scan, position)
+        good = self._good_frames(term, scan, count, position, end)
+        if good < count:
+            count, batch_length = good, scan.end_of(good)
+        if self._checksum is not None and count > 0:
+            self._check_checksums_in_term(term, scan, count, position, term_offset)
+        pad_length = self._trailing_pad(term, scan, count, batch_length, cap, position, term_offset, end)
         scan.rewrite_session_and_stream(term, count, appender.session_id, appender.stream_id)
-        pad_length = self._pad_after(scan, position, count, batch_length, cap, term_offset)
         if batch_length > 0 and batch_length < read:
             appender.clear_length_at(term_offset + batch_length)  # bytes read past the batch stay unreachable
         self._batch_length = batch_length
@@ -396,31 +418,75 @@ class ReplaySession:
         self.back_pressured = True
         return 0  # back pressure / admin action: offer the same prepared batch next cycle
 
-    def _prepare_batch(self) -> None:
+    def _prepare_batch(self) -> TermAppender | None:
+        """Read, scan, check and rewrite the next batch into the read buffer; the term appender that takes the
+        replay over instead, when the batch starts with a PAD the C client cannot append."""
         position = self.replay_position
         term_offset = position & (self._term_length - 1)
         length = min(self.stop_position - position, len(self._buffer), self._term_length - term_offset)
         before = self._nano_clock()
         read = self._reader.read_into(self._view, position, length)
         self._count_read(read, self._nano_clock() - before)
-        scan = frames.scan_frames(self._view, 0, read)
+        scan = frames.scan_frames(self._view, 0, read, stop_at_padding=False)
         count, batch_length, cap = self._batch_of(scan, position)
+        good = self._good_frames(self._view, scan, count, position, read)
+        if good < count:
+            count, batch_length = good, scan.end_of(good)
         if self._checksum is not None and count > 0:
-            frames_checked = scan.head(count)
-            bad = self._checksum_mismatch(frames_checked)
+            bad = self._checksum_mismatch(scan.head(count))
             if bad >= 0:
                 raise ArchiveError(
                     f"CRC checksum mismatch at position={position + bad} of recordingId={self.recording_id}",
                     ErrorCode.GENERIC,
                 )
+        pad_length = self._trailing_pad(self._view, scan, count, batch_length, cap, position, term_offset, read)
+        if count > 0 and int(scan.types[0]) == frames.HDR_TYPE_PAD:
+            # offer_block takes a block whose first frame is DATA: a PAD that starts the batch goes alone.
+            count, batch_length, pad_length = 0, 0, int(scan.lengths[0])
         if count > 0:
             frames.rewrite_scan_session_and_stream(
                 self._view, scan.head(count), self.publication.session_id, self.publication.stream_id
             )
-        pad_length = self._pad_after(scan, position, count, batch_length, cap, 0)
+        if pad_length > 0 and not self._c_client_pads(position + batch_length, pad_length):
+            if batch_length == 0:
+                return self._take_over_with_term_appender(position, pad_length)
+            pad_length = 0  # the next batch starts with it, and moves the replay to the term appender
         self._batch_length = batch_length
         self._pad_length = pad_length
         self._batch_position = position
+        return None
+
+    def _c_client_pads(self, position: int, pad_length: int) -> bool:
+        """Whether the C client's `append_padding` writes this PAD as one frame (see `ExclusivePublication`).
+
+        It takes at most `max_message_length` bytes after the header anywhere, and a longer PAD only where it
+        ends the term (through the appender's own end-of-term padding). Java's `appendPadding` takes up to the max
+        framed length, and a receiver's gap fill any length: longer PADs in the middle of a term need the term
+        appender.
+        """
+        if pad_length - frames.HEADER_LENGTH <= self.publication.max_message_length:
+            return True
+        term_offset = position & (self._term_length - 1)
+        return term_offset + frames.align(pad_length, frames.FRAME_ALIGNMENT) == self._term_length
+
+    def _take_over_with_term_appender(self, position: int, pad_length: int) -> TermAppender:
+        """From here on, append through the publication's own log mapping (the C publication is not used again)."""
+        appender = self._appender_factory() if self._appender_factory is not None else None
+        if appender is None:
+            raise ArchiveError(
+                f"PAD frame at position={position} of recordingId={self.recording_id} with length={pad_length} is "
+                f"longer than the Aeron C client's append_padding accepts (max_message_length="
+                f"{self.publication.max_message_length}) and the replay publication's log buffer cannot be mapped",
+                ErrorCode.GENERIC,
+            )
+        log.debug(
+            "replay %d: a %d-byte PAD at %d moves it to the term appender", self.replay_session_id, pad_length, position
+        )
+        self._appender = appender
+        self._batch_position = -1
+        self._batch_length = 0
+        self._pad_length = 0
+        return appender
 
     def _count_read(self, read: int, elapsed_ns: int) -> None:
         totals = self._totals
@@ -428,50 +494,132 @@ class ReplaySession:
         totals.total_time_ns += elapsed_ns
         totals.max_time_ns = max(totals.max_time_ns, elapsed_ns)
 
-    def _batch_of(
-        self, scan: frames.FrameScan | frames.HeadedScan | frames.UniformHeadedScan, position: int
-    ) -> tuple[int, int, int]:
+    def _batch_of(self, scan: _Scan, position: int) -> tuple[int, int, int]:
         """(frames, bytes, cap) of the batch a scan at `position` holds: frames that start before the replay limit."""
-        if scan.count == 0 and scan.pad_offset < 0:
-            raise ArchiveError(
-                f"unexpected end of recording at position={position} of recordingId={self.recording_id}",
-                ErrorCode.GENERIC,
-            )
         cap = min(self.replay_limit - position, frames.TERM_MAX_LENGTH)
         count = scan.count_starting_before(cap)
         return count, scan.end_of(count), cap
 
-    def _pad_after(
+    def _good_frames(self, buf: Any, scan: _Scan, count: int, position: int, end: int) -> int:
+        """How many of the batch's first `count` frames come before one that is neither DATA nor clean padding.
+
+        The chain itself already holds Java's rules: every frame's length is at least a header and it lies inside
+        the read, which never crosses the term or the stop position. The frames before a damaged one are still
+        replayed; the replay fails when the damaged one would be the first of a batch.
+        """
+        start = scan.start
+        for offset, length, frame_type in scan.other_frames(count):
+            frame_position = position + offset - start
+            error: ArchiveError | None = None
+            if frame_type != frames.HDR_TYPE_PAD:
+                error = ArchiveError(
+                    f"corrupt recording: frame of unknown type={frame_type} at position={frame_position} of "
+                    f"recordingId={self.recording_id}",
+                    ErrorCode.GENERIC,
+                )
+            elif length < frames.HEADER_LENGTH:
+                error = ArchiveError(
+                    f"corrupt recording: PAD frame at position={frame_position} of recordingId={self.recording_id} "
+                    f"with length={length} is shorter than a frame header",
+                    ErrorCode.GENERIC,
+                )
+            elif not frames.pad_body_is_clear(buf, offset, length, end):
+                error = self._damaged_pad(frame_position, length)
+            if error is not None:
+                if offset == start:
+                    raise error
+                return int(scan.count_starting_before(offset - start))
+        return count
+
+    def _damaged_pad(self, position: int, length: int) -> ArchiveError:
+        return ArchiveError(
+            f"corrupt recording: PAD frame at position={position} of recordingId={self.recording_id} with "
+            f"length={length} holds non-zero bytes after its header (a DATA frame turned into padding?)",
+            ErrorCode.GENERIC,
+        )
+
+    def _trailing_pad(
         self,
-        scan: frames.FrameScan | frames.HeadedScan | frames.UniformHeadedScan,
-        position: int,
+        buf: Any,
+        scan: _Scan,
         count: int,
         batch_length: int,
         cap: int,
-        scan_start: int,
+        position: int,
+        term_offset: int,
+        end: int,
     ) -> int:
-        """The length of the end-of-term PAD that follows the batch (0 if none), failing on a PAD that is not one."""
-        whole = count == scan.count and scan.pad_offset == scan_start + batch_length and batch_length < cap
-        pad_length = scan.pad_length if whole else 0
-        if pad_length > 0 and not self._pad_ends_term(position + batch_length, pad_length):
-            if batch_length == 0:
+        """The length of a PAD right after the batch whose body the read did not hold whole (0 if none).
+
+        Only its header is needed to append it. It must start before the replay limit, lie inside its term and,
+        for a stopped recording, end by the stop position (a recorder counts a PAD's whole length at once). The
+        replay fails at one that does not once the frames before it are replayed.
+        """
+        offset = scan.stop_offset
+        pad_follows = (
+            count == scan.count
+            and scan.stop_reason is frames.ScanStop.INCOMPLETE
+            and batch_length < cap
+            and end - offset >= frames.HEADER_LENGTH
+            and self._stop_frame_type(buf, scan) == frames.HDR_TYPE_PAD
+        )
+        if not pad_follows:
+            if count == 0:
                 raise ArchiveError(
-                    f"corrupt recording: PAD frame at position={position} of recordingId={self.recording_id} with "
-                    f"length={pad_length} does not end its term (a DATA frame turned into padding?)",
+                    f"unexpected end of recording at position={position} of recordingId={self.recording_id}",
                     ErrorCode.GENERIC,
                 )
-            return 0  # offer the frames before it: the next batch starts at the PAD and fails there
-        return pad_length
+            return 0
+        length = scan.stop_frame_length
+        pad_position = position + batch_length
+        aligned = frames.align(length, frames.FRAME_ALIGNMENT)
+        past = ""
+        if term_offset + batch_length + aligned > self._term_length:
+            past = "its term"
+        elif self._limit_counter is None and pad_position + aligned > self.stop_position:
+            past = f"the stop position={self.stop_position}"
+        error: ArchiveError | None = None
+        if past:
+            error = ArchiveError(
+                f"corrupt recording: PAD frame at position={pad_position} of recordingId={self.recording_id} with "
+                f"length={length} runs past {past}",
+                ErrorCode.GENERIC,
+            )
+        elif not frames.pad_body_is_clear(buf, offset, length, end):
+            error = self._damaged_pad(pad_position, length)
+        if error is None:
+            return length
+        if count == 0:
+            raise error
+        return 0  # replay the batch before it: the next batch starts at the PAD and fails there
 
-    def _pad_ends_term(self, position: int, pad_length: int) -> bool:
-        """Whether a PAD frame at `position` runs exactly to the end of its term, as every PAD an appender writes.
+    @staticmethod
+    def _stop_frame_type(buf: Any, scan: _Scan) -> int:
+        """The type of the frame the scan stopped at (the held first word's, when the scan stopped at its start)."""
+        if not isinstance(scan, frames.FrameScan) and scan.stop_offset == scan.start:
+            return scan.first_type
+        return frames.frame_type_at(buf, scan.stop_offset)
 
-        Positions are term-aligned (a term starts at a multiple of the term length), so the term offset is the
-        position's low bits. A PAD that ends anywhere else covers what was a DATA frame: replaying it as padding
-        would drop that message silently.
+    def _check_checksums_in_term(self, term: Any, scan: _Scan, count: int, position: int, term_offset: int) -> None:
+        """The replay's CRC check of the batch's DATA frames where they lie, in the term before publishing.
+
+        A record checksum covers the payload and is kept in the session id field, both in place in the term (only
+        the first frame's first word is held apart), so the frames are checked where they were read.
         """
-        term_offset = position & (self._term_length - 1)
-        return term_offset + frames.align(pad_length, frames.FRAME_ALIGNMENT) == self._term_length
+        assert self._checksum is not None
+        offsets = scan.offsets[:count].tolist()
+        lengths = scan.lengths[:count].tolist()
+        types = scan.types[:count].tolist()
+        for offset, length, frame_type in zip(offsets, lengths, types, strict=True):
+            if frame_type != frames.HDR_TYPE_DATA:
+                continue
+            stored = frames.frame_session_id_at(term, offset)
+            if frame_checksum(self._checksum, term, offset, length) != stored:
+                raise ArchiveError(
+                    f"CRC checksum mismatch at position={position + offset - term_offset} of "
+                    f"recordingId={self.recording_id}",
+                    ErrorCode.GENERIC,
+                )
 
     def _checksum_mismatch(self, scan: frames.FrameScan) -> int:
         assert self._checksum is not None

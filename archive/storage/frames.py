@@ -148,7 +148,7 @@ class _PaddingStop:
 
     @property
     def pad_length(self) -> int:
-        """Frame length of the PAD frame that ended the scan (runs to the end of its term), or 0."""
+        """Frame length of the PAD frame that ended the scan, or 0."""
         return self.stop_frame_length if self.stop_reason is ScanStop.PADDING else 0
 
 
@@ -233,6 +233,22 @@ class FrameScan(_PaddingStop):
         """Offsets of the DATA frames in the chain (other types are only chained with stop_at_padding=False)."""
         result: np.ndarray = self.offsets[self.types == HDR_TYPE_DATA]
         return result
+
+    def other_frames(self, count: int) -> list[tuple[int, int, int]]:
+        """(offset, length, type) of the frames among the first `count` that are not DATA (PADs, when chained)."""
+        if count <= 0:
+            return []
+        if self.frame_lists is not None:
+            offsets, lengths, types, _ = self.frame_lists
+            return [
+                (offsets[i], lengths[i], types[i]) for i in range(min(count, len(types))) if types[i] != HDR_TYPE_DATA
+            ]
+        others = np.flatnonzero(self.types[:count] != HDR_TYPE_DATA)
+        if others.size == 0:
+            return []
+        return list(
+            zip(self.offsets[others].tolist(), self.lengths[others].tolist(), self.types[others].tolist(), strict=True)
+        )
 
     def _column(self, field_offset: int, dtype: str) -> np.ndarray:
         if self.offsets.size == 0:
@@ -366,6 +382,13 @@ class HeadedScan(_PaddingStop):
             return 0
         return self.rest.start - self.start + self.rest.end_of(count - 1)
 
+    def other_frames(self, count: int) -> list[tuple[int, int, int]]:
+        """(offset, length, type) of the frames among the first `count` that are not DATA (PADs, when chained)."""
+        if count <= 0 or self.rest is None:
+            return []
+        first = [(self.start, self.first_length, self.first_type)] if self.first_type != HDR_TYPE_DATA else []
+        return first + self.rest.other_frames(count - 1)
+
     def rewrite_session_and_stream(self, buf: Any, count: int, session_id: int, stream_id: int) -> None:
         """Set the session and stream id of the first `count` frames in `buf` (the first frame's are in place too:
         only its first word was held apart)."""
@@ -378,14 +401,17 @@ class HeadedScan(_PaddingStop):
             rewrite_scan_session_and_stream(buf, self.rest.head(count - 1), session_id, stream_id)
 
 
-def scan_frames_with_head(buf: Any, first_word: int, start: int, end: int) -> HeadedScan | UniformHeadedScan:
+def scan_frames_with_head(
+    buf: Any, first_word: int, start: int, end: int, *, stop_at_padding: bool = True
+) -> HeadedScan | UniformHeadedScan:
     """`scan_frames(buf, start, end)` for a range whose first frame's first 8 bytes are held apart as `first_word`.
 
     A replay reads a block straight into a term at the publication's tail but diverts that word (length, version,
     flags, type), so that the frame stays invisible to readers of the term until the whole block is published; the
     term holds zeros in its place. The first frame is taken from the word, the chain from the second frame on from
-    the buffer. Stops at padding, as `scan_frames` does by default. A chain of one fixed frame (every header's first
-    word equal to the held one) comes back as a `UniformHeadedScan`, which answers the same questions.
+    the buffer. Stops at padding unless `stop_at_padding` is False, as `scan_frames`. A chain of one fixed frame
+    (every header's first word equal to the held one) comes back as a `UniformHeadedScan`, which answers the same
+    questions.
     """
     size = buffer_length(buf)
     if not 0 <= start <= end <= size:
@@ -401,23 +427,30 @@ def scan_frames_with_head(buf: Any, first_word: int, start: int, end: int) -> He
             reason = ScanStop.ZERO_LENGTH if length <= 0 else ScanStop.INCOMPLETE
     elif length <= 0:
         reason = ScanStop.ZERO_LENGTH
-    elif frame_type == HDR_TYPE_PAD:
+    elif stop_at_padding and frame_type == HDR_TYPE_PAD:
         reason = ScanStop.PADDING
     elif start + align(length, FRAME_ALIGNMENT) > end:
         reason = ScanStop.INCOMPLETE
     if reason is not None:
         return HeadedScan(start, length, frame_type, frame_flags, None, start, reason, length)
-    uniform = _uniform_headed_scan(buf, first_word, start, end, length, frame_type, frame_flags)
+    uniform = _uniform_headed_scan(buf, first_word, start, end, length, frame_type, frame_flags, stop_at_padding)
     if uniform is not None:
         return uniform
-    rest = scan_frames(buf, start + align(length, FRAME_ALIGNMENT), end)
+    rest = scan_frames(buf, start + align(length, FRAME_ALIGNMENT), end, stop_at_padding=stop_at_padding)
     return HeadedScan(
         start, length, frame_type, frame_flags, rest, rest.stop_offset, rest.stop_reason, rest.stop_frame_length
     )
 
 
 def _uniform_headed_scan(
-    buf: Any, first_word: int, start: int, end: int, length: int, frame_type: int, frame_flags: int
+    buf: Any,
+    first_word: int,
+    start: int,
+    end: int,
+    length: int,
+    frame_type: int,
+    frame_flags: int,
+    stop_at_padding: bool = True,
 ) -> UniformHeadedScan | None:
     """The scan of `[start, end)` when every frame after the first repeats the held first word, else None.
 
@@ -436,7 +469,7 @@ def _uniform_headed_scan(
     tail = rest_start + capacity * stride
     stop_offset, reason, stop_length = tail, ScanStop.END, 0
     if tail < end:
-        found, _, _, _, stop_offset, reason, stop_length = _scan_loop(buf, tail, end, True)
+        found, _, _, _, stop_offset, reason, stop_length = _scan_loop(buf, tail, end, stop_at_padding)
         if found:
             return None
     return UniformHeadedScan(start, length, frame_type, frame_flags, 1 + capacity, stop_offset, reason, stop_length)
@@ -490,6 +523,14 @@ class UniformHeadedScan(_PaddingStop):
     def end_of(self, count: int) -> int:
         """Bytes from `start` to the aligned end of the first `count` frames (0 for none)."""
         return max(0, min(count, self.count)) * self.stride
+
+    def other_frames(self, count: int) -> list[tuple[int, int, int]]:
+        """(offset, length, type) of the frames among the first `count` that are not DATA: all or none of them."""
+        count = min(count, self.count)
+        if count <= 0 or self.first_type == HDR_TYPE_DATA:
+            return []
+        stride = self.stride
+        return [(self.start + i * stride, self.first_length, self.first_type) for i in range(count)]
 
     def rewrite_session_and_stream(self, buf: Any, count: int, session_id: int, stream_id: int) -> None:
         """Set the session and stream id of the first `count` frames in `buf` (two strided stores)."""
@@ -825,8 +866,7 @@ def _scan_window(
 def rewrite_session_and_stream(buf: Any, frame_offsets: Any, session_id: int, stream_id: int) -> None:
     """Overwrite the session id and stream id of the frames at `frame_offsets`, in one numpy scatter.
 
-    Replay needs this for every DATA frame it offers (the replay publication has its own session id and stream
-    id). Pass `FrameScan.data_offsets()` so PAD frames are left alone.
+    Replay needs this for every frame it offers (the replay publication has its own session id and stream id).
     """
     offsets = np.asarray(frame_offsets, dtype=np.intp)
     if offsets.size == 0:
@@ -844,7 +884,8 @@ def rewrite_session_and_stream(buf: Any, frame_offsets: Any, session_id: int, st
 
 
 def rewrite_scan_session_and_stream(buf: Any, scan: FrameScan, session_id: int, stream_id: int) -> None:
-    """`rewrite_session_and_stream` for the frames of `scan` (no PAD frames in it, as with stop_at_padding).
+    """`rewrite_session_and_stream` for every frame of `scan` (PADs included: a replayed PAD carries the replay's ids,
+    as the one Java's `appendPadding` writes does).
 
     Frames a fixed stride apart (`scan.stride`) are rewritten through two strided views, several times faster than
     the scatter of the general case, which handles the rest.
@@ -878,6 +919,28 @@ def _rewrite_strided(buf: Any, first: int, count: int, stride: int, session_id: 
     for field_offset, value in ((SESSION_ID_FIELD_OFFSET, session_id), (STREAM_ID_FIELD_OFFSET, stream_id)):
         column = np.ndarray((count,), dtype="<i4", buffer=buf, offset=first + field_offset, strides=(stride,))
         column[...] = to_int32(value)
+
+
+# The longest frame a publication writes: one MTU, at most a UDP datagram's payload (Aeron's MAX_UDP_PAYLOAD_LENGTH).
+MAX_FRAME_LENGTH = 65504
+
+
+def pad_body_is_clear(buf: Any, offset: int, frame_length: int, end: int) -> bool:
+    """Whether the bytes after the header of the PAD frame at `offset`, as far as `end`, are all zero.
+
+    Why this tells damage from padding: a recorder (Java's `RecordingWriter`, and ours) writes only a PAD's 32-byte
+    header, into segment files that read as zeros everywhere else (created at their full length; truncation
+    re-extends them with zeros), so every PAD an archive records, wherever it lies in its term, has a zero body. A
+    DATA frame whose type field was hit keeps its payload. Only the first `MAX_FRAME_LENGTH` bytes can hold a
+    payload (no frame is longer), so a long PAD's body is not read further. A damaged frame whose payload is all
+    zeros cannot be told apart: it is padding, as Java's replay would treat it.
+    """
+    body_start = offset + HEADER_LENGTH
+    body_end = min(offset + align(frame_length, FRAME_ALIGNMENT), end, offset + MAX_FRAME_LENGTH)
+    if body_end <= body_start:
+        return True
+    body = np.frombuffer(buf, dtype=np.uint8, count=body_end - body_start, offset=body_start)
+    return not bool(body.any())
 
 
 def frame_type_at(buf: Any, offset: int) -> int:

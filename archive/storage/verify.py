@@ -3,8 +3,9 @@
 `verify_recording` walks every frame from the start position to the stop position (or, for a recording a crash
 left active, to the last frame written) and reports problems by stream position: missing segment files, zero
 length gaps before the stop position, frames whose header does not match their position (termOffset, termId,
-streamId), frames running past their term, PAD frames that do not end their term (a DATA frame whose type was
-hit), record-checksum mismatches, segment files that end before the data they should hold, and torn frames: a frame
+streamId), frames running past their term, damaged PAD frames (shorter than a header, or with non-zero bytes after
+the header: a DATA frame whose type was hit; a PAD may lie anywhere in its term, see `frames.pad_body_is_clear`),
+record-checksum mismatches, segment files that end before the data they should hold, and torn frames: a frame
 running past the end of its segment file (wherever it lies: segment files are created at their full length, so a
 short one was cut) or, for a crashed recording, a page-straddling last frame with an all-zero page. With `fix=True`
 the recording is cut back to the first problem, keeping exactly the good frames before it: the segment file holding
@@ -44,6 +45,7 @@ from aeron_archive_spark.archive.storage.frames import (
     HDR_TYPE_PAD,
     HEADER_LENGTH,
     HEADER_STRUCT,
+    MAX_FRAME_LENGTH,
     MAX_MESSAGE_LENGTH,
     FrameScan,
     ScanStop,
@@ -51,6 +53,7 @@ from aeron_archive_spark.archive.storage.frames import (
     compute_term_id_from_position,
     frame_length_at,
     frame_type_at,
+    pad_body_is_clear,
     position_bits_to_shift,
     scan_frames,
 )
@@ -237,7 +240,7 @@ def _walk(directory: str, d: RecordingDescriptor, checksum: Checksum | None, res
 
             scan = scan_frames(buffer, 0, got, stop_at_padding=False)
             good = _check_headers(scan, position, shift, d, result)
-            good = _check_padding(scan, good, position, term_remaining, d, result)
+            good = _check_padding(buffer, scan, good, position, d, result)
             if checksum is not None:
                 _check_checksums(buffer, scan, good, checksum, position, result)
             if good:
@@ -325,10 +328,10 @@ def _walk(directory: str, d: RecordingDescriptor, checksum: Checksum | None, res
                 )
                 break
             if is_pad:
-                # Only a PAD's header is on disk and it runs to the end of the term: check the header, skip the rest.
+                # A PAD longer than what is left of the chunk: check its header and body, then skip it.
                 if not _check_header_at(buffer, scan.stop_offset, position, shift, d, result):
                     break
-                if not _pad_ends_term(position, frame_length, term_remaining - scan.stop_offset, d, result):
+                if not _pad_is_clean(fd, position - fd_base, position, frame_length, d, result):
                     break
                 result.frame_count += 1
                 last_frame_position, last_frame_length = position, aligned
@@ -356,46 +359,60 @@ def _read_fully(fd: int, view: memoryview, offset: int) -> int:
 
 
 def _check_padding(
-    scan: FrameScan, good: int, position: int, term_remaining: int, d: RecordingDescriptor, result: VerifyResult
+    buffer: bytearray, scan: FrameScan, good: int, position: int, d: RecordingDescriptor, result: VerifyResult
 ) -> int:
-    """Number of leading frames among the first `good` before a PAD frame that does not end its term.
+    """Number of leading frames among the first `good` before a damaged PAD frame; records an issue for it.
 
-    The recorder only ever stores a PAD that fills the rest of a term (`TermAppender` pads to the term end), so a
-    PAD anywhere else is a damaged frame, most likely a DATA frame whose type field was hit: replaying it would
-    silently drop that message.
+    A PAD is a frame like any other, wherever it lies in its term: its length says where the next frame starts.
+    What a recorder never writes is a PAD shorter than its header, or one with bytes after its header (only the
+    header is written, into a file that reads as zeros elsewhere): that is a DATA frame whose type field was hit,
+    and replaying it as padding would drop that message silently.
     """
-    if good == 0:
-        return 0
-    types = scan.types[:good]
-    pads = types == HDR_TYPE_PAD
-    if not pads.any():
-        return good
-    ends = scan.offsets[:good] + ((scan.lengths[:good].astype(np.int64) + FRAME_ALIGNMENT - 1) & -FRAME_ALIGNMENT)
-    bad = pads & (ends != term_remaining)
-    if not bad.any():
-        return good
-    i = int(np.argmax(bad))
-    offset = int(scan.offsets[i])
-    _pad_ends_term(position + offset, int(scan.lengths[i]), term_remaining - offset, d, result)
-    return i
+    for offset, length, frame_type in scan.other_frames(good):
+        if (
+            frame_type == HDR_TYPE_PAD
+            and length >= HEADER_LENGTH
+            and pad_body_is_clear(buffer, offset, length, scan.end)
+        ):
+            continue
+        frame_position = position + offset
+        result.issues.append(
+            VerifyIssue(
+                frame_position, IssueKind.INVALID_PADDING, _bad_frame_message(frame_position, length, frame_type, d)
+            )
+        )
+        return int(scan.count_starting_before(offset - scan.start))
+    return good
 
 
-def _pad_ends_term(
-    position: int, pad_length: int, term_remaining: int, d: RecordingDescriptor, result: VerifyResult
+def _pad_is_clean(
+    fd: int, file_offset: int, position: int, frame_length: int, d: RecordingDescriptor, result: VerifyResult
 ) -> bool:
-    """Whether the PAD frame at `position` runs exactly to the end of its term; records an issue if not."""
-    if align(pad_length, FRAME_ALIGNMENT) == term_remaining:
+    """`_check_padding` for one PAD longer than the chunk in hand: its body is read from the file (as much of it
+    as can hold a payload)."""
+    aligned = align(frame_length, FRAME_ALIGNMENT)
+    body = bytearray(min(aligned, MAX_FRAME_LENGTH))
+    got = _read_fully(fd, memoryview(body), file_offset)
+    if frame_length >= HEADER_LENGTH and pad_body_is_clear(body, 0, frame_length, got):
         return True
     result.issues.append(
-        VerifyIssue(
-            position,
-            IssueKind.INVALID_PADDING,
-            f"PAD frame at position={position} of length={pad_length} ends at position="
-            f"{position + align(pad_length, FRAME_ALIGNMENT)}, not at its term end position="
-            f"{position + term_remaining}, recordingId={d.recording_id}",
-        )
+        VerifyIssue(position, IssueKind.INVALID_PADDING, _bad_frame_message(position, frame_length, HDR_TYPE_PAD, d))
     )
     return False
+
+
+def _bad_frame_message(position: int, length: int, frame_type: int, d: RecordingDescriptor) -> str:
+    if frame_type != HDR_TYPE_PAD:
+        return f"frame of unknown type={frame_type} at position={position}, recordingId={d.recording_id}"
+    if length < HEADER_LENGTH:
+        return (
+            f"PAD frame at position={position} of length={length} is shorter than a frame header, "
+            f"recordingId={d.recording_id}"
+        )
+    return (
+        f"PAD frame at position={position} of length={length} holds non-zero bytes after its header (a DATA "
+        f"frame turned into padding?), recordingId={d.recording_id}"
+    )
 
 
 def _check_headers(scan: FrameScan, position: int, shift: int, d: RecordingDescriptor, result: VerifyResult) -> int:

@@ -134,19 +134,32 @@ class StreamBuilder:
             self.append(length)
         return self
 
+    def append_padding(self, payload_length: int) -> Frame:
+        """A PAD of `payload_length` bytes after its header, as Java's `ExclusivePublication.appendPadding` leaves it.
+
+        Anywhere in a term; one that does not fit in the rest of the term lands at the start of the next, after the
+        PAD that closes this one.
+        """
+        length = HEADER_LENGTH + payload_length
+        if (self.position & (self.term_length - 1)) + align(length, FRAME_ALIGNMENT) > self.term_length:
+            self.pad_to_term_end()
+        return self._pad(length)
+
     def pad_to_term_end(self) -> Frame:
-        term_offset = self.position & (self.term_length - 1)
-        length = self.term_length - term_offset
+        return self._pad(self.term_length - (self.position & (self.term_length - 1)))
+
+    def _pad(self, length: int) -> Frame:
         header = pad_header(
             length,
-            term_offset=term_offset,
+            term_offset=self.position & (self.term_length - 1),
             term_id=self._term_id(self.position),
             session_id=self.session_id,
             stream_id=self.stream_id,
         )
-        frame = Frame(self.position, header + bytes(length - HEADER_LENGTH), True)
+        aligned = align(length, FRAME_ALIGNMENT)
+        frame = Frame(self.position, header + bytes(aligned - HEADER_LENGTH), True)
         self.frames.append(frame)
-        self.position += length
+        self.position += aligned
         return frame
 
     def fill_to(self, position: int, payload_length: int = 96) -> StreamBuilder:

@@ -111,7 +111,7 @@ def test_padding_ends_the_term_and_the_next_block_starts_the_next(pair) -> None:
     block = frames(appender, [992] * 40)
     write(appender, block)
     remaining = TERM_LENGTH - appender.term_offset
-    end_of_term = appender.append_padding_to_term_end(remaining)
+    end_of_term = appender.append_padding(remaining)
     assert end_of_term == 3 * TERM_LENGTH
     assert appender.ensure_term() and (appender.term_id, appender.term_offset) == (10, 0)
     polled(image, end_of_term)
@@ -132,16 +132,39 @@ def test_many_terms_rotate_through_all_partitions(pair) -> None:
             write(appender, block)
             seen += len(b"".join(polled(image, appender.position)))
         if appender.term_offset < TERM_LENGTH:
-            appender.append_padding_to_term_end(TERM_LENGTH - appender.term_offset)
+            appender.append_padding(TERM_LENGTH - appender.term_offset)
             polled(image, appender.position)
         assert appender.ensure_term()
     assert image.position == appender.position and seen > 6 * (TERM_LENGTH - 4096)
 
 
-def test_a_pad_that_does_not_end_the_term_is_refused(pair) -> None:
+def test_a_pad_in_the_middle_of_the_term_is_padding_to_the_image_and_the_next_block_follows(pair) -> None:
+    _publication, image, appender = pair
+    before = frames(appender, [100] * 3)
+    write(appender, before)
+    pad_at = appender.position
+    long_pad = TERM_LENGTH // 8 + 1000  # longer than the C client's append_padding accepts in this term
+    assert appender.append_padding(long_pad) == pad_at + ((long_pad + 31) & ~31)
+    after = frames(appender, [200] * 2)
+    write(appender, after)
+    seen = polled(image, appender.position)
+    pads = [block for block in seen if HEADER.unpack_from(block)[3] == 0]
+    assert len(pads) == 1
+    length, version, flags, frame_type, term_offset, session_id, stream_id, term_id, reserved = HEADER.unpack_from(
+        pads[0])
+    assert (length, version, flags, frame_type, reserved) == (long_pad, 0, 0xC0, 0, 0)
+    assert (term_offset, session_id, stream_id, term_id) == (
+        pad_at % TERM_LENGTH, appender.session_id, appender.stream_id, appender.term_id)
+    assert b"".join(block for block in seen if block is not pads[0]) == before + after
+    assert image.position == appender.position
+
+
+def test_a_pad_that_does_not_fit_in_the_term_is_refused(pair) -> None:
     _publication, _image, appender = pair
-    with pytest.raises(ValueError, match="does not end the term"):
-        appender.append_padding_to_term_end(64)
+    with pytest.raises(ValueError, match="does not fit"):
+        appender.append_padding(TERM_LENGTH - appender.term_offset + 1)
+    with pytest.raises(ValueError, match="does not fit"):
+        appender.append_padding(31)
     with pytest.raises(ValueError, match="do not fit"):
         appender.term_region(TERM_LENGTH)
 

@@ -259,6 +259,7 @@ class FakeReplayPublication:
         self.stream_id = stream_id
         self.is_connected = False
         self.available_window = 1 << 20
+        self.max_message_length = 1 << 20  # a C publication's limit for append_padding (see NativeLimitedPublication)
         self.position = initial_position
         # Scripted outcomes of the next offers, in order: a negative Aeron code refuses, None accepts.
         self.results: list[int | None] = []
@@ -297,8 +298,31 @@ class FakeReplayPublication:
     def close(self) -> None:
         self.closed = True
 
+    def frames(self) -> list[tuple[int, bytes, bool]]:
+        """Every frame appended, in order: (position, aligned frame bytes, is PAD), PADs inside blocks included."""
+        out: list[tuple[int, bytes, bool]] = []
+        for offer in self.offers:
+            if offer.is_padding:
+                out.append((offer.position, offer.data, True))
+                continue
+            offset = 0
+            while offset < len(offer.data):
+                length = int.from_bytes(offer.data[offset : offset + 4], "little", signed=True)
+                frame_type = int.from_bytes(offer.data[offset + 6 : offset + 8], "little")
+                assert length >= frames.HEADER_LENGTH, f"a frame of length {length} in an offered block"
+                aligned = frames.align(length, frames.FRAME_ALIGNMENT)
+                data = offer.data[offset : offset + aligned]
+                out.append((offer.position + offset, data, frame_type == frames.HDR_TYPE_PAD))
+                offset += aligned
+        return out
+
     def data_bytes(self) -> bytes:
-        return b"".join(o.data for o in self.offers if not o.is_padding)
+        """The DATA frames appended, joined (PAD frames, alone or inside blocks, left out)."""
+        return b"".join(data for _, data, is_pad in self.frames() if not is_pad)
+
+    def padding(self) -> list[tuple[int, int]]:
+        """(position, aligned length) of every PAD appended, alone or inside a block."""
+        return [(position, len(data)) for position, data, is_pad in self.frames() if is_pad]
 
 
 class FakeTermAppender:
@@ -359,11 +383,15 @@ class FakeTermAppender:
         self.publication.position = self.position
         return self.position
 
-    def append_padding_to_term_end(self, frame_length: int) -> int:
-        remaining = self.term_length - self.term_offset
-        assert frames.align(frame_length, frames.FRAME_ALIGNMENT) == remaining
-        self.publication.offers.append(Offer(self.position, bytes(remaining), is_padding=True))
-        self.term_offset = self.term_length
+    def append_padding(self, frame_length: int) -> int:
+        aligned = frames.align(frame_length, frames.FRAME_ALIGNMENT)
+        assert frame_length >= frames.HEADER_LENGTH and self.term_offset + aligned <= self.term_length
+        term = self._terms[self._index]
+        assert term[self.term_offset : self.term_offset + 4] == bytes(4), "a frame length where the PAD goes"
+        end = self.term_offset + aligned
+        assert end == self.term_length or term[end : end + 4] == bytes(4), "bytes read past the PAD are reachable"
+        self.publication.offers.append(Offer(self.position, bytes(aligned), is_padding=True))
+        self.term_offset = end
         self.publication.position = self.position
         return self.position
 

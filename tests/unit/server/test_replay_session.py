@@ -20,7 +20,8 @@ from aeron_archive_spark.archive.server.agent import SessionWorker
 from aeron_archive_spark.archive.server.counters import WorkerTotals
 from aeron_archive_spark.archive.server.replay_session import LimitCounter, ReplaySession, ReplaySessionState
 from aeron_archive_spark.archive.server.session import Session
-from aeron_archive_spark.archive.storage.checksums import checksum_for_name
+from aeron_archive_spark.archive.storage.checksums import Checksum, checksum_for_name
+from aeron_archive_spark.archive.storage import frames
 from aeron_archive_spark.archive.storage.frames import HDR_TYPE_PAD, HEADER_LENGTH, TYPE_FIELD_OFFSET
 from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
 from aeron_archive_spark.archive.storage.recording_writer import RecordingWriter
@@ -49,11 +50,13 @@ def build(session_id: int, stream_id: int, fill: Callable[[StreamBuilder], objec
 class Recording:
     """A recording on disk plus the same stream as a replay to REPLAY_SESSION/REPLAY_STREAM must look."""
 
-    def __init__(self, archive_dir: Path, fill: Callable[[StreamBuilder], object]) -> None:
+    def __init__(self, archive_dir: Path, fill: Callable[[StreamBuilder], object],
+                 checksum: Checksum | None = None) -> None:
         self.archive_dir = archive_dir
         self.recorded = build(42, STREAM_ID, fill)
         self.replayed = build(REPLAY_SESSION, REPLAY_STREAM, fill)
-        with RecordingWriter(archive_dir, RECORDING_ID, 0, 0, TERM_LENGTH, SEGMENT_LENGTH) as writer:
+        with RecordingWriter(archive_dir, RECORDING_ID, 0, 0, TERM_LENGTH, SEGMENT_LENGTH,
+                             checksum=checksum) as writer:
             writer.init()
             for _, block in self.recorded.blocks():
                 writer.on_block(block)
@@ -70,6 +73,14 @@ class Recording:
         return b"".join(f.data for f in self.replayed.frames
                         if not f.is_pad and from_position <= f.position < to_position)
 
+    def layout(self, from_position: int, to_position: int) -> list[tuple[int, int, bool]]:
+        """(position, aligned length, is PAD) of every frame a replay of [from, to) must append, PADs included."""
+        return [(f.position, f.length, f.is_pad) for f in self.recorded.frames
+                if from_position <= f.position < to_position]
+
+    def pads(self) -> list[tuple[int, int]]:
+        return [(f.position, f.length) for f in self.recorded.frames if f.is_pad]
+
     def segment(self, base: int = 0) -> Path:
         return self.archive_dir / segment_file_name(RECORDING_ID, base)
 
@@ -84,11 +95,16 @@ class Rig:
     into_term = False
 
     def __init__(self, archive_dir: Path, *, replay_position: int = 0, replay_length: int | None = None,
-                 stop_position: int, limit_counter: LimitCounter | None = None, buffer_length: int = 4096) -> None:
+                 stop_position: int, limit_counter: LimitCounter | None = None, buffer_length: int = 4096,
+                 publication: FakeReplayPublication | None = None, checksum: Checksum | None = None,
+                 appender_factory: bool = True) -> None:
         self.clock = FakeClock()
         self.io_clock = FakeClock(step=READ_TIME_NS)
         self.start_ns = self.clock.now
-        self.publication = FakeReplayPublication(REPLAY_SESSION, REPLAY_STREAM, initial_position=replay_position)
+        if publication is None:
+            publication = FakeReplayPublication(REPLAY_SESSION, REPLAY_STREAM, initial_position=replay_position)
+        self.publication = publication
+        self.appenders_made: list[FakeTermAppender] = []
         self.reader = RecordingReader(archive_dir, RECORDING_ID, 0, TERM_LENGTH, SEGMENT_LENGTH, INITIAL_TERM_ID,
                                       STREAM_ID)
         self.totals = WorkerTotals()
@@ -100,10 +116,17 @@ class Rig:
             recording_id=RECORDING_ID, replay_position=replay_position, replay_length=length, start_position=0,
             stop_position=stop_position, limit_counter=limit_counter, publication=self.publication,
             reader=self.reader, buffer=bytearray(buffer_length), term_length=TERM_LENGTH, stream_id=STREAM_ID,
-            checksum=None, connect_timeout_ns=CONNECT_TIMEOUT_NS, totals=self.totals, now_ns=self.clock.now,
+            checksum=checksum, connect_timeout_ns=CONNECT_TIMEOUT_NS, totals=self.totals, now_ns=self.clock.now,
             nano_clock=self.io_clock, send_ok=lambda c, r: self.oks.append((c, r)),
             send_error=lambda c, code, message: self.errors.append((c, code, message)),
-            appender=FakeTermAppender(self.publication, TERM_LENGTH) if self.into_term else None)
+            appender=FakeTermAppender(self.publication, TERM_LENGTH) if self.into_term else None,
+            appender_factory=self._make_appender if appender_factory else None)
+
+    def _make_appender(self) -> FakeTermAppender:
+        """What the conductor's factory gives a replay that meets a PAD the C client cannot append."""
+        appender = FakeTermAppender(self.publication, TERM_LENGTH)
+        self.appenders_made.append(appender)
+        return appender
 
     @property
     def state(self) -> ReplaySessionState:
@@ -430,15 +453,14 @@ def test_a_pad_at_the_end_of_a_term_becomes_padding_on_the_publication(tmp_path:
     rig = Rig(tmp_path, stop_position=recording.stop_position)
     rig.start()
     rig.run()
-    padding = [o for o in rig.publication.offers if o.is_padding]
-    assert [(o.position, len(o.data)) for o in padding] == [(pad.position, TERM_LENGTH - pad.position)]
+    assert rig.publication.padding() == [(pad.position, TERM_LENGTH - pad.position)]
     assert rig.publication.data_bytes() == recording.expected(0, recording.stop_position)
     after = [o for o in rig.publication.offers if o.position >= TERM_LENGTH]
     assert after[0].position == TERM_LENGTH
     assert rig.publication.position == recording.stop_position
 
 
-def test_padding_refused_by_back_pressure_is_appended_on_a_later_cycle(tmp_path: Path) -> None:
+def test_a_pad_that_starts_a_batch_goes_alone_and_back_pressure_appends_it_on_a_later_cycle(tmp_path: Path) -> None:
     offer_block_path_only()
     def fill(b: StreamBuilder) -> None:
         b.fill_to(TERM_LENGTH - 600, 300)
@@ -447,17 +469,16 @@ def test_padding_refused_by_back_pressure_is_appended_on_a_later_cycle(tmp_path:
 
     recording = Recording(tmp_path, fill)
     (pad,) = [f for f in recording.recorded.frames if f.is_pad]
-    start = [p for p in recording.frame_positions() if p < pad.position][-2]
-    rig = Rig(tmp_path, replay_position=start, stop_position=recording.stop_position)
+    rig = Rig(tmp_path, replay_position=pad.position, stop_position=recording.stop_position)
     rig.start()
-    rig.publication.results = [None, BACK_PRESSURED]  # the frames before the pad go, the pad does not
-    rig.work()
-    assert rig.session.replay_position == pad.position
-    assert not any(o.is_padding for o in rig.publication.offers)
+    rig.publication.results = [BACK_PRESSURED]  # offer_block wants a DATA frame first: the PAD goes alone, refused
+    assert rig.work() == 0
+    assert rig.session.replay_position == pad.position and rig.publication.offers == []
     rig.run()
-    assert [(o.position, o.is_padding) for o in rig.publication.offers if o.is_padding] == [(pad.position, True)]
+    assert rig.publication.offers[0].is_padding
+    assert rig.publication.padding() == [(pad.position, TERM_LENGTH - pad.position)]
     assert rig.publication.position == recording.stop_position
-    assert rig.publication.data_bytes() == recording.expected(start, recording.stop_position)
+    assert rig.publication.data_bytes() == recording.expected(pad.position, recording.stop_position)
 
 
 def test_close_before_done_releases_the_publication(tmp_path: Path) -> None:
@@ -474,14 +495,31 @@ LONG_PAD = 8320  # an end-of-term PAD longer than MAX_MESSAGE_LENGTH + header: l
 
 
 class NativeLimitedPublication(FakeReplayPublication):
-    """The fake publication with the C client's limit: append_padding refuses lengths above max_message_length."""
+    """The fake publication with the C client's limit, as `ExclusivePublication.append_padding` has it: up to
+    max_message_length anywhere, longer only where the PAD ends the term."""
+
+    def __init__(self, *args: int, **kwargs: int) -> None:
+        super().__init__(*args, **kwargs)
+        self.max_message_length = MAX_MESSAGE_LENGTH
 
     def append_padding(self, length: int) -> int:
-        if length > MAX_MESSAGE_LENGTH:
-            raise NativeAeronError(
-                f"aeron_exclusive_publication_append_padding: length={length} > max_message_length="
-                f"{MAX_MESSAGE_LENGTH} (errcode=22)", 22)
+        aligned = frames.align(length + HEADER_LENGTH, frames.FRAME_ALIGNMENT)
+        if length > MAX_MESSAGE_LENGTH and (self.position % TERM_LENGTH) + aligned != TERM_LENGTH:
+            raise ValueError(f"append_padding: a PAD frame of {aligned} bytes longer than max_message_length="
+                             f"{MAX_MESSAGE_LENGTH} can only be written to end the term")
         return super().append_padding(length)
+
+
+class NativeFailingPublication(FakeReplayPublication):
+    """offer_block fails as the C client does on a block it refuses, once the publication reaches `fail_at`."""
+
+    fail_at = 0
+
+    def offer_block(self, block: object) -> int:
+        if self.position >= self.fail_at:
+            raise NativeAeronError(
+                "aeron_exclusive_publication_offer_block improperly formatted block (errcode=22)", 22)
+        return super().offer_block(block)
 
 
 def long_pad_recording(b: StreamBuilder) -> None:
@@ -513,23 +551,21 @@ def run_on_replayer(rig: Rig, max_cycles: int = 10_000) -> list[ReplaySession]:
 def test_a_native_error_of_the_publication_fails_the_replay_with_an_error_to_the_control_session(
         tmp_path: Path) -> None:
     offer_block_path_only()
-    recording = Recording(tmp_path, long_pad_recording)
-    (pad,) = [f for f in recording.recorded.frames if f.is_pad]
-    assert pad.length == LONG_PAD and pad.position + pad.length == TERM_LENGTH
-    rig = Rig(tmp_path, stop_position=recording.stop_position, buffer_length=TERM_LENGTH)
-    rig.publication = NativeLimitedPublication(REPLAY_SESSION, REPLAY_STREAM)
-    rig.session.publication = rig.publication
+    recording = Recording(tmp_path, messages(80, 300))
+    publication = NativeFailingPublication(REPLAY_SESSION, REPLAY_STREAM)
+    publication.fail_at = recording.frame_positions()[40]
+    rig = Rig(tmp_path, stop_position=recording.stop_position, publication=publication)
     rig.publication.is_connected = True
     assert run_on_replayer(rig) == [rig.session]
     assert rig.state is State.DONE
     assert rig.publication.revoked
-    assert rig.publication.data_bytes() == recording.expected(0, pad.position)
+    failed_at = rig.publication.position
+    assert publication.fail_at <= failed_at < recording.stop_position
+    assert rig.publication.data_bytes() == recording.expected(0, failed_at)
     assert rig.oks == [(CORRELATION_ID, REPLAY_SESSION_ID)]
-    assert len(rig.errors) == 1
-    correlation_id, code, message = rig.errors[0]
-    assert (correlation_id, code) == (CORRELATION_ID, ErrorCode.GENERIC)
-    assert f"recordingId={RECORDING_ID}" in message and f"position={pad.position}" in message
-    assert "max_message_length" in message
+    assert rig.errors == [(CORRELATION_ID, ErrorCode.GENERIC,
+                           f"replay of recordingId={RECORDING_ID} failed at position={failed_at}: NativeAeronError: "
+                           "aeron_exclusive_publication_offer_block improperly formatted block (errcode=22)")]
 
 
 def turn_into_pad(recording: Recording, position: int) -> int:
@@ -557,7 +593,7 @@ def test_a_pad_in_the_middle_of_a_term_fails_the_replay_naming_recording_positio
     assert not any(o.is_padding for o in rig.publication.offers)
     assert rig.publication.data_bytes() == recording.expected(0, corrupt_at)  # everything before it, then stop
     expected = (f"corrupt recording: PAD frame at position={corrupt_at} of recordingId={RECORDING_ID} with "
-                f"length={pad_length} does not end its term (a DATA frame turned into padding?)")
+                f"length={pad_length} holds non-zero bytes after its header (a DATA frame turned into padding?)")
     assert rig.errors == [(CORRELATION_ID, ErrorCode.GENERIC, expected)]
 
 
@@ -624,3 +660,172 @@ def test_a_replay_with_checksums_does_not_read_into_the_term(tmp_path: Path) -> 
         connect_timeout_ns=CONNECT_TIMEOUT_NS, totals=rig.totals, now_ns=rig.clock.now, nano_clock=rig.io_clock,
         send_ok=lambda c, r: None, send_error=lambda c, code, message: None, appender=appender)
     assert session._appender is None and appender.closed
+
+
+# -- PAD frames anywhere in a term (issue 30) --------------------------------------------------------------------
+# Payload lengths of PADs left mid-term by a publisher's appendPadding (Java's takes up to the max framed length) or a
+# receiver's gap fill (any length): a bare header, short ones, one just above what the C client's append_padding
+# takes, and one far above it.
+MID_TERM_PADS = (0, 200, 1000, MAX_MESSAGE_LENGTH + 100, 3 * MAX_MESSAGE_LENGTH)
+
+
+def padded_recording(b: StreamBuilder) -> None:
+    """PADs mid-term, at the start of the term that opens the second segment, and right before the stop."""
+    b.append_many([300] * 5)
+    for length in MID_TERM_PADS:
+        b.append_padding(length)
+        b.append_many([250] * 7)
+    b.append_padding(200)
+    b.append_padding(40)  # two PADs in a row
+    while b.position < SEGMENT_LENGTH - 1000:
+        b.append(300)
+    b.pad_to_term_end()
+    assert b.position == SEGMENT_LENGTH
+    b.append_padding(500)  # the first frame of a segment file
+    b.append_many([100] * 20)
+    b.append_padding(MAX_MESSAGE_LENGTH + 300)
+    b.append_many([100] * 3)
+    b.append_padding(100)  # the last frame before the stop position
+
+
+def replayed_layout(rig: Rig) -> list[tuple[int, int, bool]]:
+    return [(position, len(data), is_pad) for position, data, is_pad in rig.publication.frames()]
+
+
+@pytest.mark.parametrize("buffer_length", [4096, 1504, TERM_LENGTH], ids=["4k", "mtu", "term"])
+def test_pads_anywhere_in_a_term_are_replayed_as_padding_at_their_positions(
+        tmp_path: Path, buffer_length: int) -> None:
+    recording = Recording(tmp_path, padded_recording)
+    pads = recording.pads()
+    assert len(pads) >= 10 and any(p % TERM_LENGTH == 0 for p, _ in pads)
+    assert any(length - HEADER_LENGTH > MAX_MESSAGE_LENGTH and (p + length) % TERM_LENGTH for p, length in pads)
+    stop = recording.stop_position
+    rig = Rig(tmp_path, stop_position=stop, buffer_length=buffer_length,
+              publication=NativeLimitedPublication(REPLAY_SESSION, REPLAY_STREAM))
+    rig.start()
+    rig.run()
+    assert rig.session.error is None
+    assert replayed_layout(rig) == recording.layout(0, stop)
+    assert rig.publication.padding() == pads
+    assert rig.publication.data_bytes() == recording.expected(0, stop)
+    assert rig.publication.position == rig.session.replay_position == stop
+    assert rig.publication.closed and not rig.publication.revoked
+
+
+def test_a_pad_inside_a_block_carries_the_replays_ids_and_its_recorded_header(tmp_path: Path) -> None:
+    recording = Recording(tmp_path, padded_recording)
+    rig = Rig(tmp_path, stop_position=recording.stop_position, buffer_length=TERM_LENGTH)
+    rig.start()
+    rig.run()
+    replayed = {f.position: f.data for f in recording.replayed.frames if f.is_pad}
+    inside = [(position, data) for position, data, is_pad in rig.publication.frames()
+              if is_pad and any(data)]  # PADs appended alone are the fake's zeros
+    assert inside, "some PADs travel inside blocks"
+    for position, data in inside:
+        assert data == replayed[position]
+
+
+def test_a_long_pad_mid_term_moves_an_offer_block_replay_onto_the_term_appender(tmp_path: Path) -> None:
+    offer_block_path_only()
+    recording = Recording(tmp_path, padded_recording)
+    long_pad = next(p for p, length in recording.pads() if length - HEADER_LENGTH > 2 * MAX_MESSAGE_LENGTH)
+    rig = Rig(tmp_path, replay_position=long_pad, stop_position=recording.stop_position,
+              publication=NativeLimitedPublication(REPLAY_SESSION, REPLAY_STREAM, initial_position=long_pad))
+    rig.start()
+    rig.run()
+    assert len(rig.appenders_made) == 1 and rig.appenders_made[0].closed
+    assert replayed_layout(rig) == recording.layout(long_pad, recording.stop_position)
+    assert rig.publication.data_bytes() == recording.expected(long_pad, recording.stop_position)
+
+
+def test_a_long_pad_mid_term_without_a_term_appender_fails_naming_the_limit(tmp_path: Path) -> None:
+    offer_block_path_only()
+    recording = Recording(tmp_path, padded_recording)
+    position, length = next((p, n) for p, n in recording.pads() if n - HEADER_LENGTH > 2 * MAX_MESSAGE_LENGTH)
+    rig = Rig(tmp_path, replay_position=position, stop_position=recording.stop_position, appender_factory=False,
+              publication=NativeLimitedPublication(REPLAY_SESSION, REPLAY_STREAM, initial_position=position))
+    rig.start()
+    assert run_on_replayer(rig) == [rig.session]
+    assert rig.publication.offers == [] and rig.publication.revoked
+    assert rig.errors == [(CORRELATION_ID, ErrorCode.GENERIC,
+                           f"PAD frame at position={position} of recordingId={RECORDING_ID} with length={length}"
+                           f" is longer than the Aeron C client's append_padding accepts (max_message_length="
+                           f"{MAX_MESSAGE_LENGTH}) and the replay publication's log buffer cannot be mapped")]
+
+
+def test_a_replay_may_start_and_end_at_a_pad_in_the_middle_of_a_term(tmp_path: Path) -> None:
+    recording = Recording(tmp_path, padded_recording)
+    pads = [p for p, _ in recording.pads() if p % TERM_LENGTH]
+    start, end = pads[1], pads[4]
+    rig = Rig(tmp_path, replay_position=start, replay_length=end + 32 - start, stop_position=recording.stop_position,
+              publication=NativeLimitedPublication(REPLAY_SESSION, REPLAY_STREAM, initial_position=start))
+    rig.start()
+    rig.run()
+    # A replay sends whole the frame its limit falls in, as Java's does: the PAD at `end` goes too.
+    end_of_pad = end + dict(recording.pads())[end]
+    assert replayed_layout(rig) == recording.layout(start, end_of_pad)
+    assert rig.publication.position == end_of_pad
+
+
+def test_a_replay_with_checksums_checks_frames_around_pads_on_both_paths(tmp_path: Path) -> None:
+    crc = checksum_for_name("crc-32")
+    recording = Recording(tmp_path, padded_recording, checksum=crc)
+    rig = Rig(tmp_path, stop_position=recording.stop_position, checksum=crc,
+              publication=NativeLimitedPublication(REPLAY_SESSION, REPLAY_STREAM))
+    rig.start()
+    rig.run()
+    assert rig.session.error is None
+    assert replayed_layout(rig) == recording.layout(0, recording.stop_position)
+    assert rig.publication.data_bytes() == recording.expected(0, recording.stop_position)
+    if not Rig.into_term:
+        assert len(rig.appenders_made) == 1  # the long PAD mid-term: frames after it are checked in the term
+
+
+def test_a_checksum_mismatch_after_a_long_pad_is_caught_in_the_term(tmp_path: Path) -> None:
+    offer_block_path_only()
+    crc = checksum_for_name("crc-32")
+    recording = Recording(tmp_path, padded_recording, checksum=crc)
+    long_pad = next(p for p, n in recording.pads() if n - HEADER_LENGTH > 2 * MAX_MESSAGE_LENGTH)
+    victim = next(p for p in recording.frame_positions() if p > long_pad + 2000)
+    with open(recording.segment(), "r+b") as f:
+        f.seek(victim + HEADER_LENGTH + 7)
+        f.write(b"\xff")
+    rig = Rig(tmp_path, stop_position=recording.stop_position, checksum=crc,
+              publication=NativeLimitedPublication(REPLAY_SESSION, REPLAY_STREAM))
+    rig.start()
+    rig.run()
+    assert rig.appenders_made and rig.publication.revoked
+    assert rig.session.error is not None
+    assert rig.session.error.message == f"CRC checksum mismatch at position={victim} of recordingId={RECORDING_ID}"
+    assert rig.publication.position <= victim
+    assert rig.publication.data_bytes() == recording.expected(0, rig.publication.position)
+
+
+def test_a_pad_that_runs_past_its_term_fails_the_replay(tmp_path: Path) -> None:
+    recording = Recording(tmp_path, padded_recording)
+    position, length = recording.pads()[2]
+    with open(recording.segment(), "r+b") as f:
+        f.seek(position)
+        f.write((TERM_LENGTH - position % TERM_LENGTH + 64).to_bytes(4, "little"))
+    rig = Rig(tmp_path, stop_position=recording.stop_position, buffer_length=TERM_LENGTH)
+    rig.start()
+    rig.run()
+    assert rig.publication.revoked and rig.publication.position == position
+    assert rig.session.error is not None
+    assert rig.session.error.message.startswith(f"corrupt recording: PAD frame at position={position} ")
+    assert rig.session.error.message.endswith("runs past its term")
+
+
+def test_a_pad_shorter_than_a_header_fails_the_replay(tmp_path: Path) -> None:
+    recording = Recording(tmp_path, padded_recording)
+    position, _ = recording.pads()[1]
+    with open(recording.segment(), "r+b") as f:
+        f.seek(position)
+        f.write((20).to_bytes(4, "little"))
+    rig = Rig(tmp_path, stop_position=recording.stop_position)
+    rig.start()
+    rig.run()
+    assert rig.publication.position == position
+    assert rig.session.error is not None and rig.session.error.message == (
+        f"corrupt recording: PAD frame at position={position} of recordingId={RECORDING_ID} with length=20 is "
+        "shorter than a frame header")
