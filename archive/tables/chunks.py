@@ -49,8 +49,8 @@ class ChunkSource(Protocol):
     - `chunk` holds whole Aeron frames exactly as recorded (header + payload, 32-byte aligned) and `position` is
       the stream position of its first byte. The first chunk starts at `partition.start`.
     - Positions only increase. The next chunk starts where the previous one's last frame ends (by its aligned
-      frame length), with one exception: the bytes between two chunks may be padding only, i.e. a PAD frame that
-      runs to the end of its term may be cut after its header, or left out entirely.
+      frame length). A chunk's last frame may be a PAD cut after its header, wherever it lies in its term (the
+      next chunk starts where the PAD ends); a PAD that runs to the end of its term may also be left out entirely.
     - No byte at or past `partition.limit` is ever yielded; iteration ends there (the limit is a message boundary).
       The caller usually stops earlier (once the message begun before `partition.end` is complete) and then
       closes the generator: release resources (files, replays, subscriptions) in a `finally`.

@@ -369,10 +369,11 @@ class _ReplayFetch:
 
     def chunks(self) -> Iterator[tuple[memoryview, int, FrameScan]]:
         self.connect()
-        # No chunk ever holds more than the range's bytes (or a PAD header within them): a small range allocates,
-        # and zeroes, that much rather than a whole chunk.
+        # No chunk ever holds more than the range's bytes (or a PAD header past them): a small range allocates,
+        # and zeroes, that much rather than a whole chunk. The header of a PAD longer than what is left of the
+        # chunk always fits in the room kept after it.
         capacity = min(self.chunk_length, self.limit - self.start)
-        buffer = bytearray(capacity)
+        buffer = bytearray(capacity + HEADER_LENGTH)
         view = memoryview(buffer)
         fill = 0
         chunk_position = self.position
@@ -402,16 +403,15 @@ class _ReplayFetch:
                     )
                 n = len(block)
                 if fill + n > capacity:
-                    # Only a PAD frame comes whole past the poll's length limit (it runs to the term end): keep
-                    # its header if it fits, and end the chunk there, as the ChunkSource contract allows.
+                    # Only a PAD frame comes whole past the poll's length limit (it may be long, wherever it lies
+                    # in its term): keep its header and end the chunk there, as the ChunkSource contract allows.
                     if block[TYPE_FIELD_OFFSET] != HDR_TYPE_PAD:
                         raise ReplayFetchError(
                             f"replay delivered a {n}-byte block of data frames beyond the "
                             f"requested length at {self.where()}"
                         )
-                    if capacity - fill >= HEADER_LENGTH:
-                        view[fill : fill + HEADER_LENGTH] = block[:HEADER_LENGTH]
-                        fill += HEADER_LENGTH
+                    view[fill : fill + HEADER_LENGTH] = block[:HEADER_LENGTH]
+                    fill += HEADER_LENGTH
                     cut = True
                 else:
                     view[fill : fill + n] = block

@@ -39,3 +39,27 @@ def test_archive_dir_and_running_archive_give_identical_rows(spark, harness):
     assert over_ipc == from_disk
     assert over_udp == from_disk
     assert not harness.archive.conductor._replays
+
+
+def test_pads_in_the_middle_of_terms_read_alike_on_both_paths(spark, harness):
+    """PADs wherever a publisher's appendPadding left them (issue 30): between messages, longer than a chunk's rest,
+    two in a row, at the end; small partitions so ranges start and end next to them."""
+    recorder = Recorder(harness, f"aeron:ipc?term-length={SMALL_TERM}", 4202)
+    publication = recorder.publication
+    payloads = payloads_of([1, 100, 1377, 600, 4000, 33] * 40, seed=22)
+    for i in range(0, len(payloads), 10):
+        recorder.publish(payloads[i:i + 10], wait=False)
+        for length in (200,) if i % 30 else (200, 8192, 0):
+            while publication.append_padding(length) <= 0:
+                pass
+    stop = recorder.stop()
+    common = {"recordingId": recorder.recording_id, "maxBytesPerPartition": "16k"}
+    from_disk = rows(spark, source_options(harness, **common))
+    over_ipc = rows(spark, source_options(harness, remote=True, **common))
+    over_udp = rows(spark, source_options(harness, remote=True, replayChannel="aeron:udp?endpoint=localhost:0",
+                                          **common))
+    assert stop > 4 * SMALL_TERM
+    assert [(r[1], bytes(r[5])) for r in from_disk] == recorder.messages
+    assert over_ipc == from_disk
+    assert over_udp == from_disk
+    assert not harness.archive.conductor._replays

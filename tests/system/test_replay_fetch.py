@@ -287,3 +287,29 @@ def test_scanned_chunks_carry_the_scan_of_exactly_the_chunk(harness):
         assert scan.offsets.tolist() == fresh.offsets.tolist() and scan.flags.tolist() == fresh.flags.tolist()
         seen += len(chunk)
     assert seen > 0
+
+
+def test_a_long_pad_mid_term_that_outruns_the_chunk_keeps_its_header(harness):
+    """A PAD in the middle of a term (a publisher's appendPadding, issue 30) that arrives when less than a header is
+    left of the chunk: the chunk still ends with its header, so the next chunk follows on without a gap."""
+    channel = f"aeron:ipc?term-length={SMALL_TERM}"
+    harness.client.start_recording(channel, 3107)
+    pub = harness.client.aeron.add_exclusive_publication(channel, 3107)
+    start = harness.await_signal(RecordingSignal.START, count=len(harness.signals.of(RecordingSignal.START)) + 1)
+    for _ in range(3):
+        offer_all(pub, [b""] * 20)  # 20 frames of 32 bytes...
+        while pub.append_padding(8192) <= 0:  # ...then a PAD longer than anything left of a chunk
+            pass
+    offer_all(pub, payloads_of([100] * 30))
+    stop = pub.position
+    wait_for(lambda: harness.client.get_recording_position(start.recording_id) == stop, what="recording caught up")
+    harness.client.stop_recording(channel, 3107)
+    harness.await_signal(RecordingSignal.STOP, start.recording_id)
+    pub.close()
+    d = harness.client.list_recording(start.recording_id)
+    expected = disk_frames(harness.ctx.archive_dir, d, 0, stop)
+    source = ReplayChunkSource(chunk_length=20 * 32 + 16)  # 16 bytes left when the PAD comes
+    got = read_like_the_source(source, partition(d, 0, stop, stop, connection(harness)))
+    assert got == expected
+    assert sum(f[2] == HDR_TYPE_PAD for f in got) == 3
+    wait_for(lambda: not harness.archive.conductor._replays, what="replays finished")
