@@ -20,6 +20,7 @@ import pytest
 from system.harness import SMALL_TERM, Harness, collect, wait_for
 
 from aeron_archive_spark.archive import SourceLocation
+from aeron_archive_spark.archive.channel import add_session_id
 from aeron_archive_spark.archive.cli.main import main
 from aeron_archive_spark.archive.constants import REPLAY_ALL_AND_STOP, RecordingSignal
 from aeron_archive_spark.archive.native.publications import fragmented_length
@@ -67,36 +68,40 @@ def _retry(action: Any, what: str, timeout: float = 20.0) -> int:
         time.sleep(0.0001)
 
 
+def publish_plan(publication: Any, plan: list[tuple[str, Any]], rec: Recorded) -> None:
+    """Offer the plan's messages and append its PADs (retrying back pressure), noting where each landed in `rec`."""
+    max_payload = publication.max_payload_length
+    for kind, value in plan:
+        # A message or PAD that does not fit in the rest of the term lands in the next, after the appender's own
+        # end-of-term PAD: where it starts is where it ends less what it takes.
+        if kind == "msg":
+            end = _retry(lambda v=value: publication.offer(v), "offer")
+            rec.payloads.append(value)
+            rec.spans.append((end - fragmented_length(len(value), max_payload), end))
+        else:
+            end = _retry(lambda v=value: publication.append_padding(v), "append_padding")
+            rec.pads.append((end - frames.align(value + frames.HEADER_LENGTH, 32), value + frames.HEADER_LENGTH))
+    rec.stop_position = publication.position
+
+
 def record_plan(h: Harness, stream_id: int, plan: list[tuple[str, Any]]) -> Recorded:
     client = h.client
     client.start_recording(CHANNEL, stream_id, SourceLocation.LOCAL)
     publication = client.aeron.add_exclusive_publication(CHANNEL, stream_id)
     try:
         h.await_signal(RecordingSignal.START, count=len(h.signals.of(RecordingSignal.START)) + 1)
-        payloads: list[bytes] = []
-        spans: list[tuple[int, int]] = []
-        pads: list[tuple[int, int]] = []
-        max_payload = publication.max_payload_length
-        for kind, value in plan:
-            # A message or PAD that does not fit in the rest of the term lands in the next, after the appender's
-            # own end-of-term PAD: where it starts is where it ends less what it takes.
-            if kind == "msg":
-                end = _retry(lambda v=value: publication.offer(v), "offer")
-                payloads.append(value)
-                spans.append((end - fragmented_length(len(value), max_payload), end))
-            else:
-                end = _retry(lambda v=value: publication.append_padding(v), "append_padding")
-                pads.append((end - frames.align(value + frames.HEADER_LENGTH, 32), value + frames.HEADER_LENGTH))
-        stop = publication.position
         recording_id = client.find_last_matching_recording(0, CHANNEL, stream_id, publication.session_id)
-        wait_for(lambda: client.get_recording_position(recording_id) == stop, what="the recording to catch up")
+        rec = Recorded(recording_id, [], [], [], 0)
+        publish_plan(publication, plan, rec)
+        wait_for(lambda: client.get_recording_position(recording_id) == rec.stop_position,
+                 what="the recording to catch up")
         client.stop_recording(CHANNEL, stream_id)
         h.await_signal(RecordingSignal.STOP, recording_id)
     finally:
         publication.close()
-    mid_term = [p for p, length in pads if (p + frames.align(length, 32)) % SMALL_TERM]
+    mid_term = [p for p, length in rec.pads if (p + frames.align(length, 32)) % SMALL_TERM]
     assert len(mid_term) >= 40
-    return Recorded(recording_id, payloads, spans, pads, stop)
+    return rec
 
 
 @pytest.fixture(
@@ -226,3 +231,39 @@ def test_verify_export_and_tail_take_pads_mid_term(harness: Harness, aeron_dir: 
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(rows) == count
     assert [row["position"] for row in rows] == [start for start, _ in rec.spans]
+
+
+def test_a_recording_extended_after_a_pad_replays_across_the_join(harness: Harness) -> None:
+    """The first part ends with a PAD mid-term; the extension starts with one and holds more of them."""
+    rec = record_plan(harness, 4304, padded_plan(33))
+    client = harness.client
+    d = client.list_recording(rec.recording_id)
+    assert d.stop_position == rec.pads[-1][0] + frames.align(rec.pads[-1][1], 32) and d.stop_position % SMALL_TERM
+    publication_channel = client.extend_channel(CHANNEL, d)
+    publication = client.aeron.add_exclusive_publication(publication_channel, 4304)
+    try:
+        extend_channel = add_session_id(publication_channel, publication.session_id)
+        client.extend_recording(rec.recording_id, extend_channel, 4304, SourceLocation.LOCAL)
+        harness.await_signal(RecordingSignal.EXTEND, rec.recording_id)
+        assert publication.position == d.stop_position
+        joined = len(rec.pads)
+        publish_plan(publication, [("pad", 300), *padded_plan(34)[:150]], rec)
+        assert rec.pads[joined][0] == d.stop_position  # a PAD is the extension's first frame
+        wait_for(lambda: client.get_recording_position(rec.recording_id) == rec.stop_position,
+                 what="the extension to catch up")
+        client.stop_recording(extend_channel, 4304)
+        harness.await_signal(RecordingSignal.STOP, rec.recording_id, count=2)
+    finally:
+        publication.close()
+    assert main(["verify", "--dir", harness.ctx.archive_dir]) == 0
+    recorded = recorded_frames(harness, rec.recording_id, rec.stop_position)
+    for start in (0, d.stop_position):
+        subscription = client.replay(rec.recording_id, "aeron:ipc", 9305, position=start,
+                                     length=REPLAY_ALL_AND_STOP)
+        try:
+            replayed = replayed_frames(subscription, rec.stop_position)
+        finally:
+            subscription.close()
+        assert replayed == [f for f in recorded if f[0] >= start]
+    data = b"".join(f[5] for f in recorded if f[2] == frames.HDR_TYPE_DATA)
+    assert data == b"".join(rec.payloads)
