@@ -123,7 +123,7 @@ class ReplaySession:
         `appender`, the publication's own log mapping, makes the replay read the file straight into the term (one
         copy instead of `pread` + `offer_block`'s two); the conductor does not give one with replay checksums. The
         session closes it. `appender_factory` makes one later, for a PAD that the C client cannot append (see
-        `_pad_alone`); frames are then checked in the term, before they are published.
+        `_take_over_with_term_appender`); frames are then checked in the term, before they are published.
         """
         self.replay_session_id = replay_session_id
         self.correlation_id = correlation_id
