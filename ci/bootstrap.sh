@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv with a Python >= 3.12 and install the project (editable) with its test extras.
-# Idempotent: re-running only re-installs when pyproject.toml changed.
+# Create .venv with a Python >= 3.12 and install the project (editable, strict mode) with its test extras.
+# Idempotent: re-running only re-installs when pyproject.toml changed, and re-links when the package's files did.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,19 +32,36 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import sys; sys.exit(0 if
     "$PY" -m venv .venv
 fi
 
+# The project is installed in setuptools' strict editable mode: a tree of links under build/ with the installed
+# layout (archive/ -> aeron_archive_spark/archive, ...), on sys.path through a plain .pth. Every tool that reads
+# installed packages (mypy, pyright, IDEs, pkgutil, which Spark uses to find the pyspark_* shim) resolves it, which
+# the default mode's import hook did not allow. The tree links files one by one, so it is made again when the
+# package's files change (a new module), as well as when pyproject.toml does.
+files_hash() { { sha1sum pyproject.toml; find archive connector -name '*.py' -o -name '*.xml' -o -name py.typed | sort; } | sha1sum | cut -c1-12; }
+link_project() {  # [pip options...] [requirement]: the project's link tree (and, given ".[test]", its dependencies)
+    local out
+    if ! out=$(.venv/bin/python -m pip install -q --disable-pip-version-check --config-settings editable_mode=strict \
+            "$@" 2>&1); then
+        echo "$out" >&2; echo "bootstrap: installing the project into .venv failed" >&2; exit 1
+    fi
+}
+site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 stamp=.venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)
 if [ ! -f "$stamp" ]; then
     echo "bootstrap: installing the project and its dependencies into .venv" >&2
     .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
-    .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
+    rm -f "$site/aeron_archive_spark_autoregister.pth"  # the link tree holds the shim now
+    link_project -e ".[test]"
     .venv/bin/python -c 'import aeron_archive_spark.archive, aeron_archive_spark.connector, pyaeron, pyspark, pyarrow, numpy, cffi, crc32c, pyspark_aeron_archive' \
         || { echo "bootstrap: installation failed" >&2; exit 1; }
-    # Spark finds `pyspark_*` modules with pkgutil.iter_modules(), which does not see setuptools' editable
-    # finder; a path entry for the shim's directory makes the editable install auto-register too.
-    site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    echo "$(pwd)/connector/autoregister" > "$site/aeron_archive_spark_autoregister.pth"
-    rm -f .venv/.installed-*
+    rm -f .venv/.installed-* .venv/.linked-*
     touch "$stamp"
+fi
+linked=.venv/.linked-$(files_hash)
+if [ ! -f "$linked" ]; then
+    link_project --no-deps -e .
+    rm -f .venv/.linked-*
+    touch "$linked"
 fi
 if ! command -v java >/dev/null 2>&1; then
     echo "bootstrap: warning: no java on PATH; Spark needs Java 17+" >&2

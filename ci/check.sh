@@ -5,22 +5,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/bootstrap.sh
 
-# mypy cannot follow setuptools' editable import hook that maps archive/ and connector/ to aeron_archive_spark.*,
-# so it reads them through a link tree with the installed package layout (kept inside .venv, never committed).
-types_root() {
-    local root=.venv/typecheck
-    mkdir -p "$root/aeron_archive_spark"
-    ln -sfn "$(pwd)/archive" "$root/aeron_archive_spark/archive"
-    ln -sfn "$(pwd)/connector" "$root/aeron_archive_spark/connector"
-    echo "$root"
-}
-
 run() {
     case "$1" in
         lint) .venv/bin/ruff check archive connector ;;
         format) .venv/bin/ruff format --check archive connector ;;
         imports) .venv/bin/lint-imports --no-cache ;;
-        types) MYPYPATH=$(types_root) .venv/bin/mypy -p aeron_archive_spark.archive -p aeron_archive_spark.connector ;;
+        types) .venv/bin/mypy -p aeron_archive_spark.archive -p aeron_archive_spark.connector ;;
         *) echo "ci/check.sh: unknown check $1 (lint, format, imports, types)" >&2; return 2 ;;
     esac
 }

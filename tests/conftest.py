@@ -16,6 +16,29 @@ sys.path.insert(0, os.path.dirname(__file__))
 os.environ.setdefault("AERON_ARCHIVE_SPARK_FAULT_DIR", tempfile.mkdtemp(prefix="aeron-archive-spark-faults-"))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Stop at once if the installed link tree misses a module of the checkout (one added since the last
+    `bash ci/bootstrap.sh`): the strict editable install links files one by one, and the failure would otherwise be
+    an ImportError deep inside some test, or inside a Spark worker."""
+    from pathlib import Path
+
+    import aeron_archive_spark.archive
+    import aeron_archive_spark.connector
+
+    root = Path(__file__).resolve().parents[1]
+    for package, source in ((aeron_archive_spark.archive, root / "archive"),
+                            (aeron_archive_spark.connector, root / "connector")):
+        installed = Path(next(iter(package.__path__)))
+        if installed.resolve() == source.resolve():
+            continue  # not a link tree (another kind of install): nothing to compare
+        missing = sorted(str(path.relative_to(root)) for path in source.rglob("*.py")
+                         if "autoregister" not in path.parts and "__pycache__" not in path.parts
+                         and not (installed / path.relative_to(source)).exists())
+        if missing:
+            pytest.exit(f"{', '.join(missing)} not installed in .venv (new since the last bootstrap): "
+                        "run `bash ci/bootstrap.sh` (or `bash ci/test.sh`, which runs it first)", returncode=4)
+
+
 @pytest.fixture(autouse=True)
 def _no_armed_faults() -> Iterator[None]:
     """A fault a test armed but that never fired must not fire in a later test."""

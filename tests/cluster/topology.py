@@ -695,8 +695,8 @@ class Topology:
     def project_paths(self) -> list[str]:
         """What makes this project importable with the .venv's python, as absolute paths (directories and files).
 
-        The distribution's installed files (the editable install's .pth and finder, its dist-info, the
-        `aeron-archive` script), any other .pth of site-packages naming the repository, whatever site-packages
+        The distribution's installed files (the editable install's .pth, which names its link tree, its dist-info,
+        the `aeron-archive` script), any other .pth of site-packages naming the repository, whatever site-packages
         holds under the package's names, and the repository's package directories (archive/, connector/) and
         egg-info. pyspark (SPARK_HOME), its dependencies and the interpreter are not among them.
         """
