@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from . import templates
+from .archive_codec import load_archive_codec
 from .codec import (
     CodecError,
     EnumSpec,
@@ -19,7 +20,6 @@ from .codec import (
     SbeCodec,
     SchemaError,
     VarFieldSpec,
-    load_archive_codec,
     snake_case,
 )
 

@@ -34,7 +34,6 @@ the acting version is absent. A message the codec cannot represent is refused al
 from __future__ import annotations
 
 import codecs
-import functools
 import logging
 import math
 import operator
@@ -44,9 +43,8 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Self, cast
 from xml.etree import ElementInclude
 
 if TYPE_CHECKING:
@@ -64,13 +62,11 @@ __all__ = [
     "SbeCodec",
     "SchemaError",
     "VarFieldSpec",
-    "load_archive_codec",
     "snake_case",
 ]
 
 log = logging.getLogger(__name__)
 
-ARCHIVE_SCHEMA_FILE = "aeron-archive-codecs.xml"
 
 # SBE's default maximum for a variable-length field's length (2^30), used when the schema gives no maxValue.
 DEFAULT_MAX_VAR_LENGTH = 1 << 30
@@ -285,6 +281,20 @@ class Message(tuple[Any, ...]):
     template_id: ClassVar[int]
     schema_id: ClassVar[int]
 
+    _schema_version: ClassVar[int]
+
+    @classmethod
+    def _of(cls, **fields: Any) -> Self:
+        """A message to encode, from every field by keyword (the generated classes' typed `of` calls this).
+
+        The header metadata is the schema's: the message's block length and the schema version; the encoded
+        length is 0 until it is encoded.
+        """
+        values = [fields.pop(attr) for attr in cls._attrs]
+        if fields:
+            raise CodecError(f"{cls._spec.name} has no field(s) {', '.join(sorted(fields))}")
+        return _new_tuple(cls, (*values, cls._spec.block_length, cls._schema_version, 0))
+
     @property
     def header(self) -> MessageHeader:
         n = self._n
@@ -386,12 +396,15 @@ def _byte_view(buffer: Any) -> Buffer:
 def _message_class(
     spec: MessageSpec,
     schema_id: int,
+    schema_version: int,
     wire_attrs: tuple[str, ...],
     var_attrs: tuple[str, ...],
     constants: dict[str, Any],
+    declared: type[Message] | None = None,
 ) -> type[Message]:
     """The per-message Message subclass: tuple layout (*fixed, *groups, *var, block_length, version,
-    encoded_length)."""
+    encoded_length). `declared` is a class declared for this message (`messages.py`, generated from the same
+    schema): it gets the layout's attributes, rather than a class being made at run time."""
     group_attrs = tuple(g.attr for g in spec.groups)
     attrs = (*wire_attrs, *group_attrs, *var_attrs)
     n = len(attrs)
@@ -403,6 +416,7 @@ def _message_class(
         "_n": n,
         "_constants": dict(constants),
         "_schema_id": schema_id,
+        "_schema_version": schema_version,
         "_group_attrs": group_attrs,
         "name": spec.name,
         "template_id": spec.template_id,
@@ -415,7 +429,14 @@ def _message_class(
     for i, attr in enumerate(attrs):
         ns[attr] = property(operator.itemgetter(i))
     ns.update(constants)
-    return type(spec.name, (Message,), ns)
+    if declared is None:
+        return type(spec.name, (Message,), ns)
+    if declared.__name__ != spec.name or declared.__dict__.get("TEMPLATE_ID") != spec.template_id:
+        raise SchemaError(f"class {declared.__name__} is not declared for message {spec.name} ({spec.template_id})")
+    for key, value in ns.items():
+        if key not in ("__slots__", "__doc__"):
+            setattr(declared, key, value)
+    return declared
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -571,6 +592,7 @@ class _Compiled(_Block):
         header_idx: tuple[int, int, int, int],
         schema_id: int,
         schema_version: int,
+        declared: type[Message] | None = None,
     ) -> None:
         super().__init__(
             f"message {spec.name}", spec.name, spec.fields, spec.groups, spec.var_fields, spec.block_length, order
@@ -582,7 +604,9 @@ class _Compiled(_Block):
         for i, value in zip(header_idx, (spec.block_length, spec.template_id, schema_id, schema_version), strict=True):
             header_values[i] = value
         self.header_values = tuple(header_values)
-        self.cls = _message_class(spec, schema_id, self.wire_attrs, self.var_attrs, self.constants)
+        self.cls = _message_class(
+            spec, schema_id, schema_version, self.wire_attrs, self.var_attrs, self.constants, declared
+        )
 
 
 class _GroupCompiled(_Block):
@@ -1284,7 +1308,9 @@ class SbeCodec:
     the schema work (see `_SchemaParser.messages`).
     """
 
-    def __init__(self, root: ET.Element, source: str = "<xml>") -> None:
+    def __init__(self, root: ET.Element, source: str = "<xml>", declared: Sequence[type[Message]] = ()) -> None:
+        """`declared`: classes declared for this schema's messages (see `_message_class`), by message name."""
+        declared_by_name = {cls.__name__: cls for cls in declared}
         parser = _SchemaParser(root)
         self.source = source
         self.schema_id: int = parser.schema_id
@@ -1309,9 +1335,19 @@ class SbeCodec:
                 )
             if spec.name in self._by_name:
                 raise SchemaError(f"message name {spec.name!r} defined twice")
-            compiled = _Compiled(spec, parser.order, header_fmt, self._header_idx, self.schema_id, self.schema_version)
+            compiled = _Compiled(
+                spec,
+                parser.order,
+                header_fmt,
+                self._header_idx,
+                self.schema_id,
+                self.schema_version,
+                declared_by_name.pop(spec.name, None),
+            )
             self._by_id[spec.template_id] = compiled
             self._by_name[spec.name] = compiled
+        if declared_by_name:
+            raise SchemaError(f"classes declared for messages the schema lacks: {', '.join(sorted(declared_by_name))}")
         self._lookup: dict[Any, _Compiled] = {**self._by_name, **self._by_id}
         for type_name, elem in parser.raw_types.items():
             if _local(elem.tag) == "enum":
@@ -1324,7 +1360,7 @@ class SbeCodec:
     # ---- construction ----
 
     @classmethod
-    def from_xml(cls, path_or_text: str | bytes | Path) -> SbeCodec:
+    def from_xml(cls, path_or_text: str | bytes | Path, declared: Sequence[type[Message]] = ()) -> SbeCodec:
         """Build a codec from a schema file path or from the XML text itself (anything starting with '<')."""
         if isinstance(path_or_text, bytes):
             text, source = path_or_text, "<bytes>"
@@ -1346,7 +1382,7 @@ class SbeCodec:
             raise SchemaError(f"SBE schema {source} is not well-formed XML: {e}") from e
         except (OSError, ElementInclude.FatalIncludeError) as e:
             raise SchemaError(f"SBE schema {source}: cannot resolve xi:include: {e}") from e
-        return cls(root, source)
+        return cls(root, source, declared)
 
     # ---- metadata ----
 
@@ -1537,6 +1573,10 @@ class SbeCodec:
             parts.append(layout[1](len(data)))
             parts.append(data)
         return b"".join(parts)
+
+    def encode_message(self, message: Message) -> bytes:
+        """`encode` of a message built with its class's `of` (or a decoded one): its fields, its template."""
+        return self.encode(message.template_id, **dict(zip(message._attrs, message, strict=False)))
 
     def encode_body(self, message: str | int, /, **fields: Any) -> bytes:
         """Like `encode` without the message header (the catalog's on-disk form)."""
@@ -1733,10 +1773,3 @@ class SbeCodec:
             f"SbeCodec(package={self.package!r}, schema_id={self.schema_id}, version={self.schema_version}, "
             f"messages={len(self._by_id)})"
         )
-
-
-@functools.cache
-def load_archive_codec() -> SbeCodec:
-    """The Aeron Archive control protocol codec (schema 101), parsed once per process."""
-    text = resources.files(__package__).joinpath(ARCHIVE_SCHEMA_FILE).read_bytes()
-    return SbeCodec.from_xml(text)

@@ -723,3 +723,49 @@ def test_user_schema_with_xinclude(tmp_path: Any) -> None:
     (tmp_path / "types.xml").unlink()
     with pytest.raises(SchemaError, match="cannot resolve xi:include"):
         SbeCodec.from_xml(tmp_path / "schema.xml")
+
+
+# -- typed messages (messages.py, generated from the schema) ------------------------------------------------------
+def test_the_messages_module_is_what_the_generator_makes_of_the_schema() -> None:
+    from pathlib import Path
+
+    from aeron_archive_spark.archive.codecs import messages
+    from aeron_archive_spark.archive.codecs.archive_codec import load_archive_codec_without_classes
+    from aeron_archive_spark.archive.codecs.generate import render
+
+    expected = render(load_archive_codec_without_classes())
+    assert Path(messages.__file__).read_text() == expected, (
+        "archive/codecs/messages.py is stale: run `python -m aeron_archive_spark.archive.codecs.generate`")
+    assert [cls.TEMPLATE_ID for cls in messages.MESSAGE_CLASSES] == sorted(templates.TEMPLATE_NAMES)
+    assert {cls.__name__: cls.TEMPLATE_ID for cls in messages.MESSAGE_CLASSES} == {
+        name: template_id for template_id, name in templates.TEMPLATE_NAMES.items()}
+
+
+@pytest.mark.parametrize("name", MESSAGE_NAMES)
+def test_every_message_decodes_into_its_declared_class_and_of_builds_the_same(name: str) -> None:
+    from aeron_archive_spark.archive.codecs import messages
+
+    cls = getattr(messages, name)
+    values = _sample_values(name)
+    decoded = CODEC.decode(CODEC.encode(name, **values))
+    assert type(decoded) is cls
+    built = cls.of(**values)
+    assert type(built) is cls and built == decoded and built.as_dict() == values
+    assert (built.block_length, built.version if name not in VERSIONED else built.header.version) == (
+        decoded.block_length, 14)
+    assert CODEC.encode_message(built) == CODEC.encode(name, **values)
+
+
+VERSIONED = {"ControlResponse", "ConnectRequest", "AuthConnectRequest", "Challenge", "CatalogHeader"}
+
+
+def test_of_leaves_out_only_what_the_protocol_added_later_and_refuses_unknown_fields() -> None:
+    from aeron_archive_spark.archive.codecs import messages
+
+    replay = messages.ReplayRequest.of(control_session_id=1, correlation_id=2, recording_id=3, position=0,
+                                       length=-1, replay_stream_id=4, replay_channel="aeron:ipc")
+    assert (replay.file_io_max_length, replay.replay_token) == (0, 0)  # since versions 7 and 10: Java's null
+    with pytest.raises(TypeError):
+        messages.StopReplayRequest.of(control_session_id=1, correlation_id=2)  # type: ignore[call-arg]
+    with pytest.raises(CodecError, match="no field"):
+        messages.StopReplayRequest._of(control_session_id=1, correlation_id=2, replay_session_id=3, bogus=4)
