@@ -28,6 +28,7 @@ from aeron_archive_spark.archive.channel import (
     spy_channel,
     strip_channel,
 )
+from aeron_archive_spark.archive.codecs import messages as m
 from aeron_archive_spark.archive.constants import (
     ARCHIVE_RECORDING_POSITION_TYPE_ID,
     COUNTER_RECORD_ALLOCATED,
@@ -388,26 +389,24 @@ class ArchiveConductor(Agent):
 
     # -- recording -----------------------------------------------------------------------------------------
     def start_recording(
-        self,
-        session: ControlClient,
-        correlation_id: int,
-        stream_id: int,
-        source_location: int,
-        auto_stop: bool,
-        channel: str,
+        self, session: ControlClient, request: m.StartRecordingRequest | m.StartRecordingRequest2
     ) -> None:
+        correlation_id = request.correlation_id
+        stream_id = request.stream_id
+        source_location = request.source_location
+        auto_stop = isinstance(request, m.StartRecordingRequest2) and request.auto_stop == 1
+        channel = request.channel
         self._add_recording_subscription(session, correlation_id, stream_id, source_location, auto_stop, channel, None)
 
     def extend_recording(
-        self,
-        session: ControlClient,
-        correlation_id: int,
-        recording_id: int,
-        stream_id: int,
-        source_location: int,
-        auto_stop: bool,
-        channel: str,
+        self, session: ControlClient, request: m.ExtendRecordingRequest | m.ExtendRecordingRequest2
     ) -> None:
+        correlation_id = request.correlation_id
+        recording_id = request.recording_id
+        stream_id = request.stream_id
+        source_location = request.source_location
+        auto_stop = isinstance(request, m.ExtendRecordingRequest2) and request.auto_stop == 1
+        channel = request.channel
         if self._active_recording_count() >= self.ctx.max_concurrent_recordings:
             raise ArchiveError(
                 f"max concurrent recordings reached {self.ctx.max_concurrent_recordings}", ErrorCode.MAX_RECORDINGS
@@ -700,7 +699,10 @@ class ArchiveConductor(Agent):
         else:
             entry.subscription.close()
 
-    def stop_recording(self, session: ControlClient, correlation_id: int, stream_id: int, channel: str) -> None:
+    def stop_recording(self, session: ControlClient, request: m.StopRecordingRequest) -> None:
+        correlation_id = request.correlation_id
+        stream_id = request.stream_id
+        channel = request.channel
         entry = self._subscriptions.get(recording_subscription_key(channel, stream_id))
         if entry is None:
             raise ArchiveError(
@@ -709,7 +711,9 @@ class ArchiveConductor(Agent):
         self._stop_subscription(entry)
         session.send_ok(correlation_id, 0)
 
-    def stop_recording_subscription(self, session: ControlClient, correlation_id: int, subscription_id: int) -> None:
+    def stop_recording_subscription(self, session: ControlClient, request: m.StopRecordingSubscriptionRequest) -> None:
+        correlation_id = request.correlation_id
+        subscription_id = request.subscription_id
         for entry in self._subscriptions.values():
             if entry.subscription_id == subscription_id:
                 self._stop_subscription(entry)
@@ -719,7 +723,9 @@ class ArchiveConductor(Agent):
             f"no recording subscription found for subscriptionId={subscription_id}", ErrorCode.UNKNOWN_SUBSCRIPTION
         )
 
-    def stop_recording_by_identity(self, session: ControlClient, correlation_id: int, recording_id: int) -> None:
+    def stop_recording_by_identity(self, session: ControlClient, request: m.StopRecordingByIdentityRequest) -> None:
+        correlation_id = request.correlation_id
+        recording_id = request.recording_id
         self._descriptor(recording_id)
         recording = self._recordings.get(recording_id)
         if recording is None:
@@ -733,15 +739,14 @@ class ArchiveConductor(Agent):
         session.send_ok(correlation_id, 1)
 
     def list_recording_subscriptions(
-        self,
-        session: ControlClient,
-        correlation_id: int,
-        pseudo_index: int,
-        count: int,
-        apply_stream_id: bool,
-        stream_id: int,
-        channel: str,
+        self, session: ControlClient, request: m.ListRecordingSubscriptionsRequest
     ) -> None:
+        correlation_id = request.correlation_id
+        pseudo_index = request.pseudo_index
+        count = request.subscription_count
+        apply_stream_id = request.apply_stream_id == 1
+        stream_id = request.stream_id
+        channel = request.channel
         if session.active_listing is not None:
             raise ArchiveError("active listing already in progress", ErrorCode.ACTIVE_LISTING)
         if pseudo_index < 0 or pseudo_index >= len(self._subscriptions) or count <= 0:
@@ -765,14 +770,20 @@ class ArchiveConductor(Agent):
             session.active_listing = listing
             self._listings.append(listing)
 
-    def list_recordings(self, session: ControlClient, correlation_id: int, from_id: int, count: int) -> None:
+    def list_recordings(self, session: ControlClient, request: m.ListRecordingsRequest) -> None:
+        correlation_id = request.correlation_id
+        from_id = request.from_recording_id
+        count = request.record_count
         if session.active_listing is not None:
             raise ArchiveError("active listing already in progress", ErrorCode.ACTIVE_LISTING)
         self._start_listing(session, ListRecordingsSession(session, self.catalog, correlation_id, from_id, count))
 
-    def list_recordings_for_uri(
-        self, session: ControlClient, correlation_id: int, from_id: int, count: int, stream_id: int, channel: str
-    ) -> None:
+    def list_recordings_for_uri(self, session: ControlClient, request: m.ListRecordingsForUriRequest) -> None:
+        correlation_id = request.correlation_id
+        from_id = request.from_recording_id
+        count = request.record_count
+        stream_id = request.stream_id
+        channel = request.channel
         if session.active_listing is not None:
             raise ArchiveError("active listing already in progress", ErrorCode.ACTIVE_LISTING)
         self._start_listing(
@@ -782,7 +793,9 @@ class ArchiveConductor(Agent):
             ),
         )
 
-    def list_recording(self, session: ControlClient, correlation_id: int, recording_id: int) -> None:
+    def list_recording(self, session: ControlClient, request: m.ListRecordingRequest) -> None:
+        correlation_id = request.correlation_id
+        recording_id = request.recording_id
         if session.active_listing is not None:
             raise ArchiveError("active listing already in progress", ErrorCode.ACTIVE_LISTING)
         if self.catalog.has_recording(recording_id):
@@ -794,30 +807,35 @@ class ArchiveConductor(Agent):
         recording = self._recordings.get(recording_id)
         return recording.position.get() if recording is not None else NULL_POSITION
 
-    def get_recording_position(self, session: ControlClient, correlation_id: int, recording_id: int) -> None:
+    def get_recording_position(self, session: ControlClient, request: m.RecordingPositionRequest) -> None:
+        correlation_id = request.correlation_id
+        recording_id = request.recording_id
         self._descriptor(recording_id)
         session.send_ok(correlation_id, self.live_position(recording_id))
 
-    def get_stop_position(self, session: ControlClient, correlation_id: int, recording_id: int) -> None:
+    def get_stop_position(self, session: ControlClient, request: m.StopPositionRequest) -> None:
+        correlation_id = request.correlation_id
+        recording_id = request.recording_id
         session.send_ok(correlation_id, self._descriptor(recording_id).stop_position)
 
-    def get_start_position(self, session: ControlClient, correlation_id: int, recording_id: int) -> None:
+    def get_start_position(self, session: ControlClient, request: m.StartPositionRequest) -> None:
+        correlation_id = request.correlation_id
+        recording_id = request.recording_id
         session.send_ok(correlation_id, self._descriptor(recording_id).start_position)
 
-    def get_max_recorded_position(self, session: ControlClient, correlation_id: int, recording_id: int) -> None:
+    def get_max_recorded_position(self, session: ControlClient, request: m.MaxRecordedPositionRequest) -> None:
+        correlation_id = request.correlation_id
+        recording_id = request.recording_id
         d = self._descriptor(recording_id)
         live = self.live_position(recording_id)
         session.send_ok(correlation_id, live if live != NULL_POSITION else d.stop_position)
 
-    def find_last_matching_recording(
-        self,
-        session: ControlClient,
-        correlation_id: int,
-        min_recording_id: int,
-        session_id: int,
-        stream_id: int,
-        channel: str,
-    ) -> None:
+    def find_last_matching_recording(self, session: ControlClient, request: m.FindLastMatchingRecordingRequest) -> None:
+        correlation_id = request.correlation_id
+        min_recording_id = request.min_recording_id
+        session_id = request.session_id
+        stream_id = request.stream_id
+        channel = request.channel
         if min_recording_id < 0:
             raise ArchiveError(f"minRecordingId={min_recording_id} < 0", ErrorCode.GENERIC)
         found = self.catalog.find_last_matching(min_recording_id, channel, stream_id, session_id)
@@ -843,18 +861,15 @@ class ArchiveConductor(Agent):
                 if not pending.is_settled:
                     self._abandoned_replays.append(pending)
 
-    def start_replay(
-        self,
-        session: ControlClient,
-        correlation_id: int,
-        recording_id: int,
-        position: int,
-        length: int,
-        replay_stream_id: int,
-        replay_channel: str,
-        limit_counter_id: int,
-        file_io_max_length: int | None,
-    ) -> None:
+    def start_replay(self, session: ControlClient, request: m.ReplayRequest | m.BoundedReplayRequest) -> None:
+        correlation_id = request.correlation_id
+        recording_id = request.recording_id
+        position = request.position
+        length = request.length
+        replay_stream_id = request.replay_stream_id
+        replay_channel = request.replay_channel
+        limit_counter_id = request.limit_counter_id if isinstance(request, m.BoundedReplayRequest) else -1
+        file_io_max_length = request.file_io_max_length
         ctx = self.ctx
         if len(self._replays) + len(self._pending_replays) >= ctx.max_concurrent_replays:
             raise ArchiveError(f"max concurrent replays reached {ctx.max_concurrent_replays}", ErrorCode.MAX_REPLAYS)
@@ -1105,13 +1120,17 @@ class ArchiveConductor(Agent):
             replay.replay_position,
         )
 
-    def stop_replay(self, session: ControlClient, correlation_id: int, replay_session_id: int) -> None:
+    def stop_replay(self, session: ControlClient, request: m.StopReplayRequest) -> None:
+        correlation_id = request.correlation_id
+        replay_session_id = request.replay_session_id
         replay = self._replays.get(replay_session_id)
         if replay is not None:
             replay.abort("stopped by client")
         session.send_ok(correlation_id, 0)  # Aeron answers OK even for unknown replay ids
 
-    def stop_all_replays(self, session: ControlClient, correlation_id: int, recording_id: int) -> None:
+    def stop_all_replays(self, session: ControlClient, request: m.StopAllReplaysRequest) -> None:
+        correlation_id = request.correlation_id
+        recording_id = request.recording_id
         for replay in self._replays.values():
             if recording_id == NULL_POSITION or replay.recording_id == recording_id:
                 replay.abort("stop all replays")
@@ -1119,7 +1138,10 @@ class ArchiveConductor(Agent):
         session.send_ok(correlation_id, 0)
 
     # -- truncate / purge ----------------------------------------------------------------------------------
-    def truncate_recording(self, session: ControlClient, correlation_id: int, recording_id: int, position: int) -> None:
+    def truncate_recording(self, session: ControlClient, request: m.TruncateRecordingRequest) -> None:
+        correlation_id = request.correlation_id
+        recording_id = request.recording_id
+        position = request.position
         d = self._descriptor(recording_id)
         if recording_id in self._recordings or d.is_active:
             raise ArchiveError(f"cannot truncate active recording {recording_id}", ErrorCode.ACTIVE_RECORDING)
@@ -1138,7 +1160,9 @@ class ArchiveConductor(Agent):
         self._abort_pending_replays(recording_id, "recording truncated")
         self._queue_deletion(session, correlation_id, recording_id, to_delete)
 
-    def purge_recording(self, session: ControlClient, correlation_id: int, recording_id: int) -> None:
+    def purge_recording(self, session: ControlClient, request: m.PurgeRecordingRequest) -> None:
+        correlation_id = request.correlation_id
+        recording_id = request.recording_id
         d = self._descriptor(recording_id)
         if recording_id in self._recordings or d.is_active:
             raise ArchiveError(f"cannot purge active recording {recording_id}", ErrorCode.ACTIVE_RECORDING)

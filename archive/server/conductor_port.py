@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from aeron_archive_spark.archive.codecs import messages as m
 from aeron_archive_spark.archive.constants import ControlResponseCode, RecordingSignal
 from aeron_archive_spark.archive.server.session import Session
 
@@ -66,8 +67,9 @@ class ControlClient(ControlResponder, Protocol):
 class ConductorPort(Protocol):
     """What a `ControlSession` needs from the conductor: its response publication and one method per request.
 
-    Every request method answers on `session` (OK, descriptors, signals) or raises `ArchiveError` /
-    `ChannelError`, which the control session turns into an error response for `correlation_id`.
+    Every request method takes the decoded request (a class of `codecs.messages`) and answers on `session` (OK,
+    descriptors, signals) or raises `ArchiveError` / `ChannelError`, which the control session turns into an
+    error response for the request's correlation id.
     """
 
     @property
@@ -76,90 +78,49 @@ class ConductorPort(Protocol):
     def add_response_publication(self, channel: str, stream_id: int) -> ResponsePublication: ...
 
     def start_recording(
-        self,
-        session: ControlClient,
-        correlation_id: int,
-        stream_id: int,
-        source_location: int,
-        auto_stop: bool,
-        channel: str,
+        self, session: ControlClient, request: m.StartRecordingRequest | m.StartRecordingRequest2
     ) -> None: ...
 
     def extend_recording(
-        self,
-        session: ControlClient,
-        correlation_id: int,
-        recording_id: int,
-        stream_id: int,
-        source_location: int,
-        auto_stop: bool,
-        channel: str,
+        self, session: ControlClient, request: m.ExtendRecordingRequest | m.ExtendRecordingRequest2
     ) -> None: ...
 
-    def stop_recording(self, session: ControlClient, correlation_id: int, stream_id: int, channel: str) -> None: ...
+    def stop_recording(self, session: ControlClient, request: m.StopRecordingRequest) -> None: ...
 
     def stop_recording_subscription(
-        self, session: ControlClient, correlation_id: int, subscription_id: int
+        self, session: ControlClient, request: m.StopRecordingSubscriptionRequest
     ) -> None: ...
 
-    def stop_recording_by_identity(self, session: ControlClient, correlation_id: int, recording_id: int) -> None: ...
+    def stop_recording_by_identity(self, session: ControlClient, request: m.StopRecordingByIdentityRequest) -> None: ...
 
-    def start_replay(
-        self,
-        session: ControlClient,
-        correlation_id: int,
-        recording_id: int,
-        position: int,
-        length: int,
-        replay_stream_id: int,
-        replay_channel: str,
-        limit_counter_id: int,
-        file_io_max_length: int | None,
-    ) -> None: ...
+    def start_replay(self, session: ControlClient, request: m.ReplayRequest | m.BoundedReplayRequest) -> None: ...
 
-    def stop_replay(self, session: ControlClient, correlation_id: int, replay_session_id: int) -> None: ...
+    def stop_replay(self, session: ControlClient, request: m.StopReplayRequest) -> None: ...
 
-    def stop_all_replays(self, session: ControlClient, correlation_id: int, recording_id: int) -> None: ...
+    def stop_all_replays(self, session: ControlClient, request: m.StopAllReplaysRequest) -> None: ...
 
-    def list_recordings(self, session: ControlClient, correlation_id: int, from_id: int, count: int) -> None: ...
+    def list_recordings(self, session: ControlClient, request: m.ListRecordingsRequest) -> None: ...
 
-    def list_recordings_for_uri(
-        self, session: ControlClient, correlation_id: int, from_id: int, count: int, stream_id: int, channel: str
-    ) -> None: ...
+    def list_recordings_for_uri(self, session: ControlClient, request: m.ListRecordingsForUriRequest) -> None: ...
 
-    def list_recording(self, session: ControlClient, correlation_id: int, recording_id: int) -> None: ...
+    def list_recording(self, session: ControlClient, request: m.ListRecordingRequest) -> None: ...
 
     def list_recording_subscriptions(
-        self,
-        session: ControlClient,
-        correlation_id: int,
-        pseudo_index: int,
-        count: int,
-        apply_stream_id: bool,
-        stream_id: int,
-        channel: str,
+        self, session: ControlClient, request: m.ListRecordingSubscriptionsRequest
     ) -> None: ...
 
-    def get_recording_position(self, session: ControlClient, correlation_id: int, recording_id: int) -> None: ...
+    def get_recording_position(self, session: ControlClient, request: m.RecordingPositionRequest) -> None: ...
 
-    def get_stop_position(self, session: ControlClient, correlation_id: int, recording_id: int) -> None: ...
+    def get_stop_position(self, session: ControlClient, request: m.StopPositionRequest) -> None: ...
 
-    def get_start_position(self, session: ControlClient, correlation_id: int, recording_id: int) -> None: ...
+    def get_start_position(self, session: ControlClient, request: m.StartPositionRequest) -> None: ...
 
-    def get_max_recorded_position(self, session: ControlClient, correlation_id: int, recording_id: int) -> None: ...
+    def get_max_recorded_position(self, session: ControlClient, request: m.MaxRecordedPositionRequest) -> None: ...
 
     def find_last_matching_recording(
-        self,
-        session: ControlClient,
-        correlation_id: int,
-        min_recording_id: int,
-        session_id: int,
-        stream_id: int,
-        channel: str,
+        self, session: ControlClient, request: m.FindLastMatchingRecordingRequest
     ) -> None: ...
 
-    def truncate_recording(
-        self, session: ControlClient, correlation_id: int, recording_id: int, position: int
-    ) -> None: ...
+    def truncate_recording(self, session: ControlClient, request: m.TruncateRecordingRequest) -> None: ...
 
-    def purge_recording(self, session: ControlClient, correlation_id: int, recording_id: int) -> None: ...
+    def purge_recording(self, session: ControlClient, request: m.PurgeRecordingRequest) -> None: ...

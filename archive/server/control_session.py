@@ -26,6 +26,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from aeron_archive_spark.archive.channel import ChannelError, ChannelUri
+from aeron_archive_spark.archive.codecs import messages as m
 from aeron_archive_spark.archive.constants import (
     CONTROL_MTU_LENGTH_DEFAULT,
     CONTROL_RESEND_INTERVAL_NS,
@@ -440,19 +441,19 @@ class ControlSession:
         except ChannelError as ex:
             self.send_error(correlation_id, ErrorCode.GENERIC, str(ex))
 
-    def on_challenge_response(self, correlation_id: int, encoded_credentials: bytes) -> None:
+    def on_challenge_response(self, request: m.ChallengeResponse) -> None:
         if self.state is ControlSessionState.CHALLENGED:
             result = self._authenticator.on_challenge_response(
-                self.control_session_id, encoded_credentials, self._epoch_clock()
+                self.control_session_id, bytes(request.encoded_credentials), self._epoch_clock()
             )
             self._apply_auth(result)
 
-    def on_close_session(self) -> None:
-        if self._activate("CloseSessionRequest"):
+    def on_close_session(self, request: m.CloseSessionRequest) -> None:
+        if self._activate(request.name):
             self.abort("session closed")
 
-    def on_keep_alive(self, correlation_id: int) -> None:
-        self._activate("KeepAliveRequest")
+    def on_keep_alive(self, request: m.KeepAliveRequest) -> None:
+        self._activate(request.name)
 
     def on_unsupported_request(self, correlation_id: int, name: str, template_id: int) -> None:
         if self._activate(name):
@@ -472,175 +473,81 @@ class ControlSession:
                 f"unauthorised action: {name} (templateId={template_id}) is not allowed for this client",
             )
 
-    def on_start_recording(
-        self, correlation_id: int, stream_id: int, source_location: int, auto_stop: bool, channel: str
-    ) -> None:
-        if self._activate("StartRecordingRequest"):
+    def _serve(self, name: str, correlation_id: int, serve: Callable[[], None]) -> None:
+        """Hand a request to the conductor once the session may run it; its refusal becomes an error response."""
+        if self._activate(name):
             with self._answering_errors(correlation_id):
-                self._conductor.start_recording(self, correlation_id, stream_id, source_location, auto_stop, channel)
+                serve()
 
-    def on_stop_recording(self, correlation_id: int, stream_id: int, channel: str) -> None:
-        if self._activate("StopRecordingRequest"):
-            with self._answering_errors(correlation_id):
-                self._conductor.stop_recording(self, correlation_id, stream_id, channel)
+    def on_start_recording(self, request: m.StartRecordingRequest | m.StartRecordingRequest2) -> None:
+        self._serve(request.name, request.correlation_id, lambda: self._conductor.start_recording(self, request))
 
-    def on_stop_recording_subscription(self, correlation_id: int, subscription_id: int) -> None:
-        if self._activate("StopRecordingSubscriptionRequest"):
-            with self._answering_errors(correlation_id):
-                self._conductor.stop_recording_subscription(self, correlation_id, subscription_id)
+    def on_stop_recording(self, request: m.StopRecordingRequest) -> None:
+        self._serve(request.name, request.correlation_id, lambda: self._conductor.stop_recording(self, request))
 
-    def on_stop_recording_by_identity(self, correlation_id: int, recording_id: int) -> None:
-        if self._activate("StopRecordingByIdentityRequest"):
-            with self._answering_errors(correlation_id):
-                self._conductor.stop_recording_by_identity(self, correlation_id, recording_id)
+    def on_stop_recording_subscription(self, request: m.StopRecordingSubscriptionRequest) -> None:
+        self._serve(
+            request.name, request.correlation_id, lambda: self._conductor.stop_recording_subscription(self, request)
+        )
 
-    def on_extend_recording(
-        self,
-        correlation_id: int,
-        recording_id: int,
-        stream_id: int,
-        source_location: int,
-        auto_stop: bool,
-        channel: str,
-    ) -> None:
-        if self._activate("ExtendRecordingRequest"):
-            with self._answering_errors(correlation_id):
-                self._conductor.extend_recording(
-                    self, correlation_id, recording_id, stream_id, source_location, auto_stop, channel
-                )
+    def on_stop_recording_by_identity(self, request: m.StopRecordingByIdentityRequest) -> None:
+        self._serve(
+            request.name, request.correlation_id, lambda: self._conductor.stop_recording_by_identity(self, request)
+        )
 
-    def on_start_replay(
-        self,
-        correlation_id: int,
-        recording_id: int,
-        position: int,
-        length: int,
-        replay_stream_id: int,
-        replay_channel: str,
-        file_io_max_length: int | None,
-    ) -> None:
-        if self._activate("ReplayRequest"):
-            with self._answering_errors(correlation_id):
-                self._conductor.start_replay(
-                    self,
-                    correlation_id,
-                    recording_id,
-                    position,
-                    length,
-                    replay_stream_id,
-                    replay_channel,
-                    -1,
-                    file_io_max_length,
-                )
+    def on_extend_recording(self, request: m.ExtendRecordingRequest | m.ExtendRecordingRequest2) -> None:
+        self._serve(request.name, request.correlation_id, lambda: self._conductor.extend_recording(self, request))
 
-    def on_start_bounded_replay(
-        self,
-        correlation_id: int,
-        recording_id: int,
-        position: int,
-        length: int,
-        limit_counter_id: int,
-        replay_stream_id: int,
-        replay_channel: str,
-        file_io_max_length: int | None,
-    ) -> None:
-        if self._activate("BoundedReplayRequest"):
-            with self._answering_errors(correlation_id):
-                self._conductor.start_replay(
-                    self,
-                    correlation_id,
-                    recording_id,
-                    position,
-                    length,
-                    replay_stream_id,
-                    replay_channel,
-                    limit_counter_id,
-                    file_io_max_length,
-                )
+    def on_start_replay(self, request: m.ReplayRequest | m.BoundedReplayRequest) -> None:
+        self._serve(request.name, request.correlation_id, lambda: self._conductor.start_replay(self, request))
 
-    def on_stop_replay(self, correlation_id: int, replay_session_id: int) -> None:
-        if self._activate("StopReplayRequest"):
-            with self._answering_errors(correlation_id):
-                self._conductor.stop_replay(self, correlation_id, replay_session_id)
+    def on_stop_replay(self, request: m.StopReplayRequest) -> None:
+        self._serve(request.name, request.correlation_id, lambda: self._conductor.stop_replay(self, request))
 
-    def on_stop_all_replays(self, correlation_id: int, recording_id: int) -> None:
-        if self._activate("StopAllReplaysRequest"):
-            with self._answering_errors(correlation_id):
-                self._conductor.stop_all_replays(self, correlation_id, recording_id)
+    def on_stop_all_replays(self, request: m.StopAllReplaysRequest) -> None:
+        self._serve(request.name, request.correlation_id, lambda: self._conductor.stop_all_replays(self, request))
 
-    def on_list_recordings(self, correlation_id: int, from_recording_id: int, record_count: int) -> None:
-        if self._activate("ListRecordingsRequest"):
-            with self._answering_errors(correlation_id):
-                self._conductor.list_recordings(self, correlation_id, from_recording_id, record_count)
+    def on_list_recordings(self, request: m.ListRecordingsRequest) -> None:
+        self._serve(request.name, request.correlation_id, lambda: self._conductor.list_recordings(self, request))
 
-    def on_list_recordings_for_uri(
-        self, correlation_id: int, from_recording_id: int, record_count: int, stream_id: int, channel: str
-    ) -> None:
-        if self._activate("ListRecordingsForUriRequest"):
-            with self._answering_errors(correlation_id):
-                self._conductor.list_recordings_for_uri(
-                    self, correlation_id, from_recording_id, record_count, stream_id, channel
-                )
+    def on_list_recordings_for_uri(self, request: m.ListRecordingsForUriRequest) -> None:
+        self._serve(
+            request.name, request.correlation_id, lambda: self._conductor.list_recordings_for_uri(self, request)
+        )
 
-    def on_list_recording(self, correlation_id: int, recording_id: int) -> None:
-        if self._activate("ListRecordingRequest"):
-            with self._answering_errors(correlation_id):
-                self._conductor.list_recording(self, correlation_id, recording_id)
+    def on_list_recording(self, request: m.ListRecordingRequest) -> None:
+        self._serve(request.name, request.correlation_id, lambda: self._conductor.list_recording(self, request))
 
-    def on_list_recording_subscriptions(
-        self,
-        correlation_id: int,
-        pseudo_index: int,
-        subscription_count: int,
-        apply_stream_id: bool,
-        stream_id: int,
-        channel: str,
-    ) -> None:
-        if self._activate("ListRecordingSubscriptionsRequest"):
-            with self._answering_errors(correlation_id):
-                self._conductor.list_recording_subscriptions(
-                    self, correlation_id, pseudo_index, subscription_count, apply_stream_id, stream_id, channel
-                )
+    def on_list_recording_subscriptions(self, request: m.ListRecordingSubscriptionsRequest) -> None:
+        self._serve(
+            request.name, request.correlation_id, lambda: self._conductor.list_recording_subscriptions(self, request)
+        )
 
-    def on_get_recording_position(self, correlation_id: int, recording_id: int) -> None:
-        if self._activate("RecordingPositionRequest"):
-            with self._answering_errors(correlation_id):
-                self._conductor.get_recording_position(self, correlation_id, recording_id)
+    def on_get_recording_position(self, request: m.RecordingPositionRequest) -> None:
+        self._serve(request.name, request.correlation_id, lambda: self._conductor.get_recording_position(self, request))
 
-    def on_get_stop_position(self, correlation_id: int, recording_id: int) -> None:
-        if self._activate("StopPositionRequest"):
-            with self._answering_errors(correlation_id):
-                self._conductor.get_stop_position(self, correlation_id, recording_id)
+    def on_get_stop_position(self, request: m.StopPositionRequest) -> None:
+        self._serve(request.name, request.correlation_id, lambda: self._conductor.get_stop_position(self, request))
 
-    def on_get_start_position(self, correlation_id: int, recording_id: int) -> None:
-        if self._activate("StartPositionRequest"):
-            with self._answering_errors(correlation_id):
-                self._conductor.get_start_position(self, correlation_id, recording_id)
+    def on_get_start_position(self, request: m.StartPositionRequest) -> None:
+        self._serve(request.name, request.correlation_id, lambda: self._conductor.get_start_position(self, request))
 
-    def on_get_max_recorded_position(self, correlation_id: int, recording_id: int) -> None:
-        if self._activate("MaxRecordedPositionRequest"):
-            with self._answering_errors(correlation_id):
-                self._conductor.get_max_recorded_position(self, correlation_id, recording_id)
+    def on_get_max_recorded_position(self, request: m.MaxRecordedPositionRequest) -> None:
+        self._serve(
+            request.name, request.correlation_id, lambda: self._conductor.get_max_recorded_position(self, request)
+        )
 
-    def on_find_last_matching_recording(
-        self, correlation_id: int, min_recording_id: int, session_id: int, stream_id: int, channel: str
-    ) -> None:
-        if self._activate("FindLastMatchingRecordingRequest"):
-            with self._answering_errors(correlation_id):
-                self._conductor.find_last_matching_recording(
-                    self, correlation_id, min_recording_id, session_id, stream_id, channel
-                )
+    def on_find_last_matching_recording(self, request: m.FindLastMatchingRecordingRequest) -> None:
+        self._serve(
+            request.name, request.correlation_id, lambda: self._conductor.find_last_matching_recording(self, request)
+        )
 
-    def on_truncate_recording(self, correlation_id: int, recording_id: int, position: int) -> None:
-        if self._activate("TruncateRecordingRequest"):
-            with self._answering_errors(correlation_id):
-                self._conductor.truncate_recording(self, correlation_id, recording_id, position)
+    def on_truncate_recording(self, request: m.TruncateRecordingRequest) -> None:
+        self._serve(request.name, request.correlation_id, lambda: self._conductor.truncate_recording(self, request))
 
-    def on_purge_recording(self, correlation_id: int, recording_id: int) -> None:
-        if self._activate("PurgeRecordingRequest"):
-            with self._answering_errors(correlation_id):
-                self._conductor.purge_recording(self, correlation_id, recording_id)
+    def on_purge_recording(self, request: m.PurgeRecordingRequest) -> None:
+        self._serve(request.name, request.correlation_id, lambda: self._conductor.purge_recording(self, request))
 
-    def on_archive_id(self, correlation_id: int) -> None:
-        if self._activate("ArchiveIdRequest"):
-            self.send_ok(correlation_id, self._conductor.archive_id)
+    def on_archive_id(self, request: m.ArchiveIdRequest) -> None:
+        if self._activate(request.name):
+            self.send_ok(request.correlation_id, self._conductor.archive_id)

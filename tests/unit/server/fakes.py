@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, get_type_hints
 
-from aeron_archive_spark.archive.codecs import CODEC
+from aeron_archive_spark.archive.codecs import CODEC, Message
+from aeron_archive_spark.archive.codecs import messages as m
 from aeron_archive_spark.archive.constants import PROTOCOL_SEMANTIC_VERSION, ControlResponseCode, RecordingSignal
 from aeron_archive_spark.archive.native import BACK_PRESSURED, NOT_CONNECTED
 from aeron_archive_spark.archive.server.authenticator import Authenticator
@@ -40,6 +41,18 @@ class FakeClock:
     def advance(self, delta: int) -> int:
         self.now += delta
         return self.now
+
+
+M = TypeVar("M", bound=Message)
+
+
+def request(cls: type[M], **fields: Any) -> M:
+    """A decoded-alike request of class `cls` (`codecs.messages`): `fields` as given, the rest 0, "" or b""."""
+    hints = get_type_hints(cls)
+    blank = {"int": 0, "str": "", "bytes": b""}
+    values = {attr: fields.pop(attr) if attr in fields else blank[hints[attr].__name__] for attr in cls._attrs}
+    assert not fields, f"{cls.__name__} has no field(s) {sorted(fields)}"
+    return cls._of(**values)
 
 
 def decode(message: bytes) -> Any:
@@ -425,7 +438,7 @@ def active_control_session(conductor: FakeConductor, control_session_id: int = 3
     conductor.publication.is_connected = True
     for _ in range(4):  # INIT -> CONNECTING -> CONNECTED -> AUTHENTICATED, then the connect OK
         session.do_work(now_ns)
-    session.on_keep_alive(1)
+    session.on_keep_alive(request(m.KeepAliveRequest, control_session_id=control_session_id, correlation_id=1))
     assert session.state is ControlSessionState.ACTIVE
     conductor.publication.offered.clear()
     return session

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from aeron_archive_spark.archive.codecs import CODEC
+from aeron_archive_spark.archive.codecs import messages as m
 from aeron_archive_spark.archive.codecs import templates as t
 from aeron_archive_spark.archive.constants import (
     ARCHIVE_CONTROL_SESSION_TYPE_ID,
@@ -30,7 +31,7 @@ from aeron_archive_spark.archive.constants import (
 from aeron_archive_spark.archive.server.conductor import ArchiveConductor
 from aeron_archive_spark.archive.server.context import ArchiveContext
 from aeron_archive_spark.archive.server.counters import fit_label
-from tests.unit.server.fakes import SECOND, FakeClock, FakeResponder
+from tests.unit.server.fakes import SECOND, FakeClock, FakeResponder, request
 
 CONDUCTOR_LOG = "aeron_archive_spark.archive.server.conductor"
 
@@ -164,7 +165,8 @@ def test_list_recording_subscriptions_outside_the_subscriptions_or_for_none_answ
     conductor, _, _ = rig
     conductor._subscriptions["k"] = Any  # type: ignore[assignment]  # one subscription; never listed here
     responder = FakeResponder()
-    conductor.list_recording_subscriptions(responder, 9, pseudo_index, count, False, 0, "")  # type: ignore[arg-type]
+    conductor.list_recording_subscriptions(responder, request(  # type: ignore[arg-type]
+        m.ListRecordingSubscriptionsRequest, correlation_id=9, pseudo_index=pseudo_index, subscription_count=count))
     assert [(r.kind, r.correlation_id, r.values) for r in responder.responses] == [
         ("code", 9, (0, ControlResponseCode.SUBSCRIPTION_UNKNOWN))
     ]
@@ -179,7 +181,9 @@ def test_a_bounded_replay_with_a_limit_counter_id_outside_the_counters_is_refuse
     responder = FakeResponder()
     from aeron_archive_spark.archive.exceptions import ArchiveError
     with pytest.raises(ArchiveError, match="limit counter id 1000000 is not an allocated counter"):
-        conductor.start_replay(responder, 3, 0, 0, 1024, 30, "aeron:ipc", 1_000_000, None)  # type: ignore[arg-type]
+        conductor.start_replay(responder, request(  # type: ignore[arg-type]
+            m.BoundedReplayRequest, correlation_id=3, length=1024, limit_counter_id=1_000_000, replay_stream_id=30,
+            replay_channel="aeron:ipc"))
 
 
 # -- defect 7: a flood of malformed control messages -------------------------------------------------------------

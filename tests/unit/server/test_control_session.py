@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from aeron_archive_spark.archive.channel import ChannelError
+from aeron_archive_spark.archive.codecs import Message
+from aeron_archive_spark.archive.codecs import messages as m
 from aeron_archive_spark.archive.constants import (
     CONTROL_RESEND_INTERVAL_NS,
     PROTOCOL_SEMANTIC_VERSION,
@@ -23,7 +25,7 @@ from aeron_archive_spark.archive.server.control_session import (
     ControlSessionState,
     response_channel_for,
 )
-from tests.unit.server.fakes import SECOND, FakeClock, FakeConductor
+from tests.unit.server.fakes import SECOND, FakeClock, FakeConductor, request
 
 CONNECT_TIMEOUT_NS = 5 * SECOND
 LIVENESS_NS = 1 * SECOND
@@ -87,7 +89,7 @@ class Rig:
         self.to_connected()
         self.work()  # CONNECTED -> AUTHENTICATED
         self.work()  # sends the connect OK
-        self.session.on_keep_alive(CORRELATION_ID)  # the first request activates
+        self.session.on_keep_alive(request(m.KeepAliveRequest, correlation_id=CORRELATION_ID))  # the first request activates
         assert self.state is State.ACTIVE
         self.publication.offered.clear()
 
@@ -163,9 +165,9 @@ def test_the_first_request_after_authentication_activates_the_session() -> None:
     rig.to_connected()
     rig.work()
     assert rig.state is State.AUTHENTICATED
-    rig.session.on_list_recordings(5, 0, 10)
+    rig.session.on_list_recordings(LIST_5)
     assert rig.state is State.ACTIVE
-    assert rig.conductor.calls == [("list_recordings", (rig.session, 5, 0, 10))]
+    assert rig.conductor.calls == [("list_recordings", (rig.session, LIST_5))]
 
 
 def test_an_authenticated_session_without_a_request_times_out() -> None:
@@ -195,8 +197,8 @@ def test_an_incompatible_client_version_is_answered_with_an_error_and_ends_the_s
 def test_requests_before_authentication_are_ignored() -> None:
     rig = Rig()
     rig.work()
-    rig.session.on_start_recording(3, 10, 0, False, "aeron:ipc")
-    rig.session.on_close_session()
+    rig.session.on_start_recording(request(m.StartRecordingRequest, correlation_id=3, stream_id=10, channel="aeron:ipc"))
+    rig.session.on_close_session(request(m.CloseSessionRequest))
     assert rig.conductor.calls == []
     assert rig.state is State.CONNECTING
 
@@ -211,10 +213,10 @@ def test_a_challenge_is_sent_and_a_correct_response_authenticates() -> None:
     (challenge,) = rig.messages()
     assert challenge.name == "Challenge"
     assert bytes(challenge.encoded_challenge) == b"nonce"
-    rig.session.on_list_recordings(5, 0, 10)  # not authenticated yet: dropped
+    rig.session.on_list_recordings(LIST_5)  # not authenticated yet: dropped
     assert rig.conductor.calls == []
     rig.epoch.now = EPOCH_MS + 250
-    rig.session.on_challenge_response(CORRELATION_ID, b"answer")
+    rig.session.on_challenge_response(request(m.ChallengeResponse, correlation_id=CORRELATION_ID, encoded_credentials=b"answer"))
     assert rig.state is State.AUTHENTICATED
     assert authenticator.seen[-1] == ("challenge", CONTROL_SESSION_ID, b"answer", EPOCH_MS + 250)
 
@@ -223,7 +225,7 @@ def test_a_challenge_response_outside_the_challenged_state_is_ignored() -> None:
     authenticator = ScriptedAuthenticator(AuthResult(AuthDecision.AUTHENTICATED))
     rig = Rig(authenticator)
     rig.to_active()
-    rig.session.on_challenge_response(CORRELATION_ID, b"answer")
+    rig.session.on_challenge_response(request(m.ChallengeResponse, correlation_id=CORRELATION_ID, encoded_credentials=b"answer"))
     assert [s[0] for s in authenticator.seen] == ["connect"]
     assert rig.state is State.ACTIVE
 
@@ -247,7 +249,7 @@ def test_a_rejected_client_is_told_until_the_connect_timeout_then_the_session_en
     assert rejection.code == ControlResponseCode.ERROR
     assert rejection.relevant_id == ErrorCode.AUTHENTICATION_REJECTED
     assert rejection.error_message == "authentication rejected"
-    rig.session.on_list_recordings(5, 0, 10)
+    rig.session.on_list_recordings(LIST_5)
     assert rig.conductor.calls == []
     rig.clock.now = rig.start_ns + CONNECT_TIMEOUT_NS + 1
     rig.work()
@@ -256,50 +258,65 @@ def test_a_rejected_client_is_told_until_the_connect_timeout_then_the_session_en
 
 # -- ACTIVE: requests -----------------------------------------------------------------------------------------
 CH = "aeron:ipc"
-ROUTES: list[tuple[str, tuple[Any, ...], str, tuple[Any, ...]]] = [
-    ("on_start_recording", (1, 10, 0, True, CH), "start_recording", (1, 10, 0, True, CH)),
-    ("on_stop_recording", (2, 10, CH), "stop_recording", (2, 10, CH)),
-    ("on_stop_recording_subscription", (3, 99), "stop_recording_subscription", (3, 99)),
-    ("on_stop_recording_by_identity", (4, 5), "stop_recording_by_identity", (4, 5)),
-    ("on_extend_recording", (5, 6, 10, 1, False, CH), "extend_recording", (5, 6, 10, 1, False, CH)),
-    ("on_start_replay", (6, 7, 64, 100, 30, CH, 4096), "start_replay", (6, 7, 64, 100, 30, CH, -1, 4096)),
-    ("on_start_bounded_replay", (7, 7, 0, 100, 12, 30, CH, None), "start_replay",
-     (7, 7, 0, 100, 30, CH, 12, None)),
-    ("on_stop_replay", (8, 1234), "stop_replay", (8, 1234)),
-    ("on_stop_all_replays", (9, 7), "stop_all_replays", (9, 7)),
-    ("on_list_recordings", (10, 0, 5), "list_recordings", (10, 0, 5)),
-    ("on_list_recordings_for_uri", (11, 2, 5, 10, "ipc"), "list_recordings_for_uri", (11, 2, 5, 10, "ipc")),
-    ("on_list_recording", (12, 3), "list_recording", (12, 3)),
-    ("on_list_recording_subscriptions", (13, 1, 5, True, 10, "ipc"), "list_recording_subscriptions",
-     (13, 1, 5, True, 10, "ipc")),
-    ("on_get_recording_position", (14, 3), "get_recording_position", (14, 3)),
-    ("on_get_stop_position", (15, 3), "get_stop_position", (15, 3)),
-    ("on_get_start_position", (16, 3), "get_start_position", (16, 3)),
-    ("on_get_max_recorded_position", (17, 3), "get_max_recorded_position", (17, 3)),
-    ("on_find_last_matching_recording", (18, 0, 42, 10, "ipc"), "find_last_matching_recording",
-     (18, 0, 42, 10, "ipc")),
-    ("on_truncate_recording", (19, 3, 64), "truncate_recording", (19, 3, 64)),
-    ("on_purge_recording", (20, 3), "purge_recording", (20, 3)),
+LIST_5 = request(m.ListRecordingsRequest, correlation_id=5, record_count=10)
+# Each request goes to the conductor as the object it came as: (session method, request, conductor method).
+ROUTES: list[tuple[str, Message, str]] = [
+    ("on_start_recording", request(m.StartRecordingRequest2, correlation_id=1, stream_id=10, auto_stop=1, channel=CH),
+     "start_recording"),
+    ("on_stop_recording", request(m.StopRecordingRequest, correlation_id=2, stream_id=10, channel=CH),
+     "stop_recording"),
+    ("on_stop_recording_subscription", request(m.StopRecordingSubscriptionRequest, correlation_id=3,
+                                               subscription_id=99), "stop_recording_subscription"),
+    ("on_stop_recording_by_identity", request(m.StopRecordingByIdentityRequest, correlation_id=4, recording_id=5),
+     "stop_recording_by_identity"),
+    ("on_extend_recording", request(m.ExtendRecordingRequest, correlation_id=5, recording_id=6, stream_id=10,
+                                    source_location=1, channel=CH), "extend_recording"),
+    ("on_start_replay", request(m.ReplayRequest, correlation_id=6, recording_id=7, position=64, length=100,
+                                replay_stream_id=30, replay_channel=CH, file_io_max_length=4096), "start_replay"),
+    ("on_start_replay", request(m.BoundedReplayRequest, correlation_id=7, recording_id=7, length=100,
+                                limit_counter_id=12, replay_stream_id=30, replay_channel=CH), "start_replay"),
+    ("on_stop_replay", request(m.StopReplayRequest, correlation_id=8, replay_session_id=1234), "stop_replay"),
+    ("on_stop_all_replays", request(m.StopAllReplaysRequest, correlation_id=9, recording_id=7), "stop_all_replays"),
+    ("on_list_recordings", request(m.ListRecordingsRequest, correlation_id=10, record_count=5), "list_recordings"),
+    ("on_list_recordings_for_uri", request(m.ListRecordingsForUriRequest, correlation_id=11, from_recording_id=2,
+                                           record_count=5, stream_id=10, channel="ipc"), "list_recordings_for_uri"),
+    ("on_list_recording", request(m.ListRecordingRequest, correlation_id=12, recording_id=3), "list_recording"),
+    ("on_list_recording_subscriptions", request(m.ListRecordingSubscriptionsRequest, correlation_id=13,
+                                                pseudo_index=1, subscription_count=5, apply_stream_id=1,
+                                                stream_id=10, channel="ipc"), "list_recording_subscriptions"),
+    ("on_get_recording_position", request(m.RecordingPositionRequest, correlation_id=14, recording_id=3),
+     "get_recording_position"),
+    ("on_get_stop_position", request(m.StopPositionRequest, correlation_id=15, recording_id=3), "get_stop_position"),
+    ("on_get_start_position", request(m.StartPositionRequest, correlation_id=16, recording_id=3),
+     "get_start_position"),
+    ("on_get_max_recorded_position", request(m.MaxRecordedPositionRequest, correlation_id=17, recording_id=3),
+     "get_max_recorded_position"),
+    ("on_find_last_matching_recording", request(m.FindLastMatchingRecordingRequest, correlation_id=18,
+                                                session_id=42, stream_id=10, channel="ipc"),
+     "find_last_matching_recording"),
+    ("on_truncate_recording", request(m.TruncateRecordingRequest, correlation_id=19, recording_id=3, position=64),
+     "truncate_recording"),
+    ("on_purge_recording", request(m.PurgeRecordingRequest, correlation_id=20, recording_id=3), "purge_recording"),
 ]
 
 
-@pytest.mark.parametrize(("method", "args", "conductor_method", "conductor_args"), ROUTES,
-                         ids=[r[0] for r in ROUTES])
-def test_an_active_session_hands_each_request_to_the_conductor_with_typed_arguments(
-        method: str, args: tuple[Any, ...], conductor_method: str, conductor_args: tuple[Any, ...]) -> None:
+@pytest.mark.parametrize(("method", "sent", "conductor_method"), ROUTES, ids=[type(r[1]).__name__ for r in ROUTES])
+def test_an_active_session_hands_each_request_to_the_conductor_as_it_came(
+        method: str, sent: Message, conductor_method: str) -> None:
     rig = Rig()
     rig.to_active()
-    getattr(rig.session, method)(*args)
-    assert rig.conductor.calls == [(conductor_method, (rig.session, *conductor_args))]
+    getattr(rig.session, method)(sent)
+    assert rig.conductor.calls == [(conductor_method, (rig.session, sent))]
+    assert type(rig.conductor.calls[0][1][1]) is type(sent)
 
 
 def test_a_refused_request_is_answered_with_its_error_code_and_message() -> None:
     rig = Rig()
     rig.to_active()
     rig.conductor.fail_with = ArchiveError("unknown recording id: 3", ErrorCode.UNKNOWN_RECORDING)
-    rig.session.on_get_stop_position(21, 3)
+    rig.session.on_get_stop_position(request(m.StopPositionRequest, correlation_id=21, recording_id=3))
     rig.conductor.fail_with = ChannelError("invalid channel: aeron:bogus")
-    rig.session.on_start_recording(22, 10, 0, False, "aeron:bogus")
+    rig.session.on_start_recording(request(m.StartRecordingRequest, correlation_id=22, stream_id=10, channel="aeron:bogus"))
     (first, second) = rig.messages()
     assert (first.correlation_id, first.code, first.relevant_id, first.error_message) == (
         21, ControlResponseCode.ERROR, ErrorCode.UNKNOWN_RECORDING, "unknown recording id: 3")
@@ -312,7 +329,7 @@ def test_a_refused_request_is_answered_with_its_error_code_and_message() -> None
 def test_the_archive_id_request_is_answered_by_the_session() -> None:
     rig = Rig()
     rig.to_active()
-    rig.session.on_archive_id(23)
+    rig.session.on_archive_id(request(m.ArchiveIdRequest, correlation_id=23))
     (ok,) = rig.messages()
     assert (ok.correlation_id, ok.code, ok.relevant_id) == (23, ControlResponseCode.OK, FakeConductor.archive_id)
 
@@ -329,7 +346,7 @@ def test_an_unsupported_request_is_answered_with_an_error_naming_it() -> None:
 def test_a_keep_alive_is_not_answered() -> None:
     rig = Rig()
     rig.to_active()
-    rig.session.on_keep_alive(25)
+    rig.session.on_keep_alive(request(m.KeepAliveRequest, correlation_id=25))
     assert rig.publication.offered == []
     assert rig.conductor.calls == []
     assert rig.state is State.ACTIVE
@@ -439,11 +456,11 @@ def test_a_client_whose_response_image_goes_away_ends_the_session() -> None:
 def test_a_close_session_request_ends_the_session_and_later_responses_are_dropped() -> None:
     rig = Rig()
     rig.to_active()
-    rig.session.on_close_session()
+    rig.session.on_close_session(request(m.CloseSessionRequest))
     assert rig.state is State.DONE
     assert rig.session.abort_reason == "session closed"
     rig.session.send_ok(50, 0)
-    rig.session.on_list_recordings(51, 0, 1)
+    rig.session.on_list_recordings(request(m.ListRecordingsRequest, correlation_id=51, record_count=1))
     assert rig.publication.offered == []
     assert rig.session.pending_responses == 0
     assert rig.conductor.calls == []
