@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from aeron_archive_spark.archive.channel import (
     ChannelUri,
@@ -22,7 +22,8 @@ from aeron_archive_spark.archive.channel import (
 )
 from aeron_archive_spark.archive.client.archive_proxy import ArchiveProxy
 from aeron_archive_spark.archive.client.connection import default_aeron_dir
-from aeron_archive_spark.archive.codecs import CodecError, load_archive_codec
+from aeron_archive_spark.archive.codecs import CodecError, Message, load_archive_codec
+from aeron_archive_spark.archive.codecs import messages as m
 from aeron_archive_spark.archive.codecs import templates as t
 from aeron_archive_spark.archive.constants import (
     CONTROL_CHANNEL_DEFAULT,
@@ -69,6 +70,13 @@ RESPONSE_WAIT_YIELDS = 10
 # Requests sent without waiting whose later responses are kept apart (`heed`): the most recent this many.
 MAX_UNHEEDED = 4096
 CLIENT_VERSION_TEXT = "0.1.0"
+
+
+class RequestIds(TypedDict):
+    """What the client puts in every request of a control session: its id and a new correlation id."""
+
+    control_session_id: int
+    correlation_id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,18 +211,19 @@ class AeronArchive:
             correlation_id = client.next_correlation_id()
             info = f"name={client_name} version={CLIENT_VERSION_TEXT} commit=python"
             proxy.send(
-                "AuthConnectRequest",
-                correlation_id=correlation_id,
-                response_stream_id=control_response_stream_id,
-                version=PROTOCOL_SEMANTIC_VERSION,
-                response_channel=response_channel,
-                encoded_credentials=encoded_credentials,
-                client_info=info,
+                m.AuthConnectRequest.of(
+                    correlation_id=correlation_id,
+                    response_stream_id=control_response_stream_id,
+                    version=PROTOCOL_SEMANTIC_VERSION,
+                    response_channel=response_channel,
+                    encoded_credentials=encoded_credentials,
+                    client_info=info,
+                )
             )
             archive.control_session_id = archive._await_connect(
                 correlation_id, on_challenge, where, bool(encoded_credentials)
             )
-            archive._archive_id = archive._request_ok("ArchiveIdRequest")
+            archive._archive_id = archive._request_ok(lambda ids: m.ArchiveIdRequest.of(**ids))
             return archive
         except BaseException:
             if subscription is not None:
@@ -260,10 +269,11 @@ class AeronArchive:
                             correlation_id,
                         )
                     self._proxy.send(
-                        "ChallengeResponse",
-                        control_session_id=msg.control_session_id,
-                        correlation_id=correlation_id,
-                        encoded_credentials=on_challenge(bytes(msg.encoded_challenge)),
+                        m.ChallengeResponse.of(
+                            control_session_id=msg.control_session_id,
+                            correlation_id=correlation_id,
+                            encoded_credentials=on_challenge(bytes(msg.encoded_challenge)),
+                        )
                     )
             if time.monotonic_ns() > deadline:
                 raise ArchiveTimeoutError(
@@ -279,7 +289,7 @@ class AeronArchive:
                 return
             self._closed = True
             try:
-                self._proxy.send("CloseSessionRequest", control_session_id=self.control_session_id)
+                self._proxy.send(m.CloseSessionRequest.of(control_session_id=self.control_session_id))
             except ArchiveError as ex:
                 log.debug("close session request not sent: %s", ex)
             self._subscription.close()
@@ -367,14 +377,17 @@ class AeronArchive:
         if not self._subscription.is_connected:
             raise ArchiveDisconnectedError("archive is disconnected: control response stream has no connected image")
 
-    def _request(self, message_name: str, **fields: Any) -> int:
-        """Send a request and return its correlation id (caller holds the lock)."""
+    def _request(self, build: Callable[[RequestIds], Message]) -> tuple[int, str]:
+        """Send the request `build` makes of this session's id and a new correlation id (caller holds the lock);
+        returns the correlation id and the request's name (for errors)."""
         self._check_open()
-        correlation_id = self.aeron.next_correlation_id()
-        self._proxy.send(
-            message_name, control_session_id=self.control_session_id, correlation_id=correlation_id, **fields
-        )
-        return correlation_id
+        ids: RequestIds = {
+            "control_session_id": self.control_session_id,
+            "correlation_id": self.aeron.next_correlation_id(),
+        }
+        request = build(ids)
+        self._proxy.send(request)
+        return ids["correlation_id"], request.name
 
     def _await_response(self, correlation_id: int, what: str) -> Any:
         deadline = time.monotonic_ns() + self._timeout_ns
@@ -400,10 +413,11 @@ class AeronArchive:
                 empty_polls += 1
                 time.sleep(0 if empty_polls <= RESPONSE_WAIT_YIELDS else 0.0001)
 
-    def _request_ok(self, message_name: str, **fields: Any) -> int:
+    def _request_ok(self, build: Callable[[RequestIds], Message]) -> int:
+        """Send a request (see `_request`) and return the relevant id of its OK; an ERROR raises."""
         with self._lock:
-            correlation_id = self._request(message_name, **fields)
-            relevant_id: int = self._await_response(correlation_id, message_name).relevant_id  # an int64
+            correlation_id, name = self._request(build)
+            relevant_id: int = self._await_response(correlation_id, name).relevant_id  # an int64
             return relevant_id
 
     # -- recording -----------------------------------------------------------------------------------------
@@ -415,16 +429,17 @@ class AeronArchive:
         auto_stop: bool = False,
     ) -> int:
         """Start recording every image of (channel, stream_id); returns the archive's subscription id."""
+        location = int(source_location)
         if auto_stop:
             return self._request_ok(
-                "StartRecordingRequest2",
-                stream_id=stream_id,
-                source_location=int(source_location),
-                auto_stop=1,
-                channel=channel,
+                lambda ids: m.StartRecordingRequest2.of(
+                    **ids, stream_id=stream_id, source_location=location, auto_stop=1, channel=channel
+                )
             )
         return self._request_ok(
-            "StartRecordingRequest", stream_id=stream_id, source_location=int(source_location), channel=channel
+            lambda ids: m.StartRecordingRequest.of(
+                **ids, stream_id=stream_id, source_location=location, channel=channel
+            )
         )
 
     def extend_recording(
@@ -436,25 +451,26 @@ class AeronArchive:
         auto_stop: bool = False,
     ) -> int:
         """Extend a stopped recording; the publisher must start at its stop position (see `extend_channel`)."""
+        location = int(source_location)
         if auto_stop:
             return self._request_ok(
-                "ExtendRecordingRequest2",
-                recording_id=recording_id,
-                stream_id=stream_id,
-                source_location=int(source_location),
-                auto_stop=1,
-                channel=channel,
+                lambda ids: m.ExtendRecordingRequest2.of(
+                    **ids,
+                    recording_id=recording_id,
+                    stream_id=stream_id,
+                    source_location=location,
+                    auto_stop=1,
+                    channel=channel,
+                )
             )
         return self._request_ok(
-            "ExtendRecordingRequest",
-            recording_id=recording_id,
-            stream_id=stream_id,
-            source_location=int(source_location),
-            channel=channel,
+            lambda ids: m.ExtendRecordingRequest.of(
+                **ids, recording_id=recording_id, stream_id=stream_id, source_location=location, channel=channel
+            )
         )
 
     def stop_recording(self, channel: str, stream_id: int) -> None:
-        self._request_ok("StopRecordingRequest", stream_id=stream_id, channel=channel)
+        self._request_ok(lambda ids: m.StopRecordingRequest.of(**ids, stream_id=stream_id, channel=channel))
 
     def try_stop_recording(self, channel: str, stream_id: int) -> bool:
         try:
@@ -466,7 +482,7 @@ class AeronArchive:
             raise
 
     def stop_recording_subscription(self, subscription_id: int) -> None:
-        self._request_ok("StopRecordingSubscriptionRequest", subscription_id=subscription_id)
+        self._request_ok(lambda ids: m.StopRecordingSubscriptionRequest.of(**ids, subscription_id=subscription_id))
 
     def try_stop_recording_subscription(self, subscription_id: int) -> bool:
         try:
@@ -478,7 +494,7 @@ class AeronArchive:
             raise
 
     def try_stop_recording_by_identity(self, recording_id: int) -> bool:
-        return self._request_ok("StopRecordingByIdentityRequest", recording_id=recording_id) != 0
+        return self._request_ok(lambda ids: m.StopRecordingByIdentityRequest.of(**ids, recording_id=recording_id)) != 0
 
     def add_recorded_publication(self, channel: str, stream_id: int) -> Publication:
         publication = self.aeron.add_publication(channel, stream_id)
@@ -502,8 +518,9 @@ class AeronArchive:
     ) -> int:
         """Returns the replaySessionId; its low 32 bits are the replay image's session id."""
         return self._request_ok(
-            "ReplayRequest",
-            **_replay_fields(recording_id, position, length, replay_channel, replay_stream_id, file_io_max_length),
+            lambda ids: _replay_request(
+                ids, recording_id, position, length, replay_channel, replay_stream_id, file_io_max_length
+            )
         )
 
     def start_bounded_replay(
@@ -517,15 +534,17 @@ class AeronArchive:
         file_io_max_length: int = -1,
     ) -> int:
         return self._request_ok(
-            "BoundedReplayRequest",
-            recording_id=recording_id,
-            position=position,
-            length=length,
-            limit_counter_id=limit_counter_id,
-            replay_stream_id=replay_stream_id,
-            file_io_max_length=file_io_max_length,
-            replay_token=-1,
-            replay_channel=replay_channel,
+            lambda ids: m.BoundedReplayRequest.of(
+                **ids,
+                recording_id=recording_id,
+                position=position,
+                length=length,
+                limit_counter_id=limit_counter_id,
+                replay_stream_id=replay_stream_id,
+                file_io_max_length=file_io_max_length,
+                replay_token=-1,
+                replay_channel=replay_channel,
+            )
         )
 
     def replay(
@@ -568,9 +587,10 @@ class AeronArchive:
         other while the answers travel. Collect each answer with `poll_replay_response`, or `forget` it.
         """
         with self._lock:
-            correlation_id = self._request(
-                "ReplayRequest",
-                **_replay_fields(recording_id, position, length, replay_channel, replay_stream_id, file_io_max_length),
+            correlation_id, _ = self._request(
+                lambda ids: _replay_request(
+                    ids, recording_id, position, length, replay_channel, replay_stream_id, file_io_max_length
+                )
             )
             self._unanswered.add(correlation_id)
             self._unheeded[correlation_id] = None
@@ -622,17 +642,20 @@ class AeronArchive:
             return len(self._unanswered) + len(self._answers)
 
     def stop_replay(self, replay_session_id: int) -> None:
-        self._request_ok("StopReplayRequest", replay_session_id=replay_session_id)
+        self._request_ok(lambda ids: m.StopReplayRequest.of(**ids, replay_session_id=replay_session_id))
 
     def stop_all_replays(self, recording_id: int = NULL_POSITION) -> None:
-        self._request_ok("StopAllReplaysRequest", recording_id=recording_id)
+        self._request_ok(lambda ids: m.StopAllReplaysRequest.of(**ids, recording_id=recording_id))
 
     # -- queries -------------------------------------------------------------------------------------------
     def _collect_descriptors(
-        self, message_name: str, count: int, consumer: Callable[[RecordingDescriptor], None] | None, **fields: Any
+        self,
+        build: Callable[[RequestIds], Message],
+        count: int,
+        consumer: Callable[[RecordingDescriptor], None] | None,
     ) -> list[RecordingDescriptor]:
         with self._lock:
-            correlation_id = self._request(message_name, **fields)
+            correlation_id, message_name = self._request(build)
             out: list[RecordingDescriptor] = []
             deadline = time.monotonic_ns() + self._timeout_ns
             while True:
@@ -669,11 +692,11 @@ class AeronArchive:
         consumer: Callable[[RecordingDescriptor], None] | None = None,
     ) -> list[RecordingDescriptor]:
         return self._collect_descriptors(
-            "ListRecordingsRequest",
+            lambda ids: m.ListRecordingsRequest.of(
+                **ids, from_recording_id=from_recording_id, record_count=record_count
+            ),
             record_count,
             consumer,
-            from_recording_id=from_recording_id,
-            record_count=record_count,
         )
 
     def list_recordings_for_uri(
@@ -685,30 +708,36 @@ class AeronArchive:
         consumer: Callable[[RecordingDescriptor], None] | None = None,
     ) -> list[RecordingDescriptor]:
         return self._collect_descriptors(
-            "ListRecordingsForUriRequest",
+            lambda ids: m.ListRecordingsForUriRequest.of(
+                **ids,
+                from_recording_id=from_recording_id,
+                record_count=record_count,
+                stream_id=stream_id,
+                channel=channel_fragment,
+            ),
             record_count,
             consumer,
-            from_recording_id=from_recording_id,
-            record_count=record_count,
-            stream_id=stream_id,
-            channel=channel_fragment,
         )
 
     def list_recording(self, recording_id: int) -> RecordingDescriptor | None:
-        found = self._collect_descriptors("ListRecordingRequest", 1, None, recording_id=recording_id)
+        found = self._collect_descriptors(
+            lambda ids: m.ListRecordingRequest.of(**ids, recording_id=recording_id), 1, None
+        )
         return found[0] if found else None
 
     def list_recording_subscriptions(
         self, pseudo_index: int, subscription_count: int, channel_fragment: str, stream_id: int, apply_stream_id: bool
     ) -> list[RecordingSubscriptionDescriptor]:
         with self._lock:
-            correlation_id = self._request(
-                "ListRecordingSubscriptionsRequest",
-                pseudo_index=pseudo_index,
-                subscription_count=subscription_count,
-                apply_stream_id=1 if apply_stream_id else 0,
-                stream_id=stream_id,
-                channel=channel_fragment,
+            correlation_id, _ = self._request(
+                lambda ids: m.ListRecordingSubscriptionsRequest.of(
+                    **ids,
+                    pseudo_index=pseudo_index,
+                    subscription_count=subscription_count,
+                    apply_stream_id=1 if apply_stream_id else 0,
+                    stream_id=stream_id,
+                    channel=channel_fragment,
+                )
             )
             out: list[RecordingSubscriptionDescriptor] = []
             deadline = time.monotonic_ns() + self._timeout_ns
@@ -740,36 +769,40 @@ class AeronArchive:
             return out
 
     def get_start_position(self, recording_id: int) -> int:
-        return self._request_ok("StartPositionRequest", recording_id=recording_id)
+        return self._request_ok(lambda ids: m.StartPositionRequest.of(**ids, recording_id=recording_id))
 
     def get_stop_position(self, recording_id: int) -> int:
         """-1 while the recording is active."""
-        return self._request_ok("StopPositionRequest", recording_id=recording_id)
+        return self._request_ok(lambda ids: m.StopPositionRequest.of(**ids, recording_id=recording_id))
 
     def get_recording_position(self, recording_id: int) -> int:
         """The live position of an active recording, or -1 if it is not active."""
-        return self._request_ok("RecordingPositionRequest", recording_id=recording_id)
+        return self._request_ok(lambda ids: m.RecordingPositionRequest.of(**ids, recording_id=recording_id))
 
     def get_max_recorded_position(self, recording_id: int) -> int:
-        return self._request_ok("MaxRecordedPositionRequest", recording_id=recording_id)
+        return self._request_ok(lambda ids: m.MaxRecordedPositionRequest.of(**ids, recording_id=recording_id))
 
     def find_last_matching_recording(
         self, min_recording_id: int, channel_fragment: str, stream_id: int, session_id: int
     ) -> int:
         return self._request_ok(
-            "FindLastMatchingRecordingRequest",
-            min_recording_id=min_recording_id,
-            session_id=session_id,
-            stream_id=stream_id,
-            channel=channel_fragment,
+            lambda ids: m.FindLastMatchingRecordingRequest.of(
+                **ids,
+                min_recording_id=min_recording_id,
+                session_id=session_id,
+                stream_id=stream_id,
+                channel=channel_fragment,
+            )
         )
 
     def truncate_recording(self, recording_id: int, position: int) -> int:
         """Returns the number of segment files queued for deletion; a DELETE signal follows."""
-        return self._request_ok("TruncateRecordingRequest", recording_id=recording_id, position=position)
+        return self._request_ok(
+            lambda ids: m.TruncateRecordingRequest.of(**ids, recording_id=recording_id, position=position)
+        )
 
     def purge_recording(self, recording_id: int) -> int:
-        return self._request_ok("PurgeRecordingRequest", recording_id=recording_id)
+        return self._request_ok(lambda ids: m.PurgeRecordingRequest.of(**ids, recording_id=recording_id))
 
     def archive_id(self) -> int:
         return self._archive_id
@@ -821,19 +854,26 @@ class AeronArchive:
         return str(ChannelUri.parse(channel).with_params(**{k.replace("-", "_"): v for k, v in params.items()}))
 
 
-def _replay_fields(
-    recording_id: int, position: int, length: int, replay_channel: str, replay_stream_id: int, file_io_max_length: int
-) -> dict[str, Any]:
-    """A ReplayRequest's fields (no replay token: this client never uses one)."""
-    return {
-        "recording_id": recording_id,
-        "position": position,
-        "length": length,
-        "replay_stream_id": replay_stream_id,
-        "file_io_max_length": file_io_max_length,
-        "replay_token": -1,
-        "replay_channel": replay_channel,
-    }
+def _replay_request(
+    ids: RequestIds,
+    recording_id: int,
+    position: int,
+    length: int,
+    replay_channel: str,
+    replay_stream_id: int,
+    file_io_max_length: int,
+) -> m.ReplayRequest:
+    """A ReplayRequest (no replay token: this client never uses one)."""
+    return m.ReplayRequest.of(
+        **ids,
+        recording_id=recording_id,
+        position=position,
+        length=length,
+        replay_stream_id=replay_stream_id,
+        file_io_max_length=file_io_max_length,
+        replay_token=-1,
+        replay_channel=replay_channel,
+    )
 
 
 class DescriptorMessage:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from aeron_archive_spark.archive.codecs import load_archive_codec
+from aeron_archive_spark.archive.codecs import Message, load_archive_codec
 from aeron_archive_spark.archive.exceptions import ArchiveError, ArchiveTimeoutError
 from aeron_archive_spark.archive.native import MAX_POSITION_EXCEEDED, NOT_CONNECTED, PUBLICATION_CLOSED
 
@@ -22,9 +22,9 @@ class ArchiveProxy:
         self._retry_attempts = retry_attempts
         self._timeout_ns = message_timeout_ns
 
-    def send(self, message_name: str, **fields: Any) -> None:
-        """Offer one request; back pressure is retried until the message timeout, then raises."""
-        self.send_bytes(self._codec.encode(message_name, **fields), message_name)
+    def send(self, request: Message) -> None:
+        """Offer one request (built with its class's `of`); back pressure is retried until the message timeout."""
+        self.send_bytes(self._codec.encode_message(request), request.name)
 
     def send_bytes(self, message: bytes, what: str = "request") -> None:
         deadline = time.monotonic_ns() + self._timeout_ns

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from aeron_archive_spark.archive import AeronArchive, ArchiveError, ErrorCode, SourceLocation, recording_pos
-from aeron_archive_spark.archive.codecs import load_archive_codec
+from aeron_archive_spark.archive.codecs import load_archive_codec, messages
 from aeron_archive_spark.archive.codecs import templates as t
 from aeron_archive_spark.archive.constants import (
     ARCHIVE_CONTROL_SESSION_TYPE_ID,
@@ -221,9 +221,9 @@ def test_follow_replay_reaches_messages_published_after_it_started(harness):
 def test_unsupported_requests_get_an_error_naming_them(harness):
     client = harness.client
     with client._lock:
-        correlation_id = client._request("ReplicateRequest", src_recording_id=1, dst_recording_id=-1,
-                                         src_control_stream_id=10, src_control_channel="aeron:ipc",
-                                         live_destination="")
+        correlation_id, _ = client._request(lambda ids: messages.ReplicateRequest.of(
+            **ids, src_recording_id=1, dst_recording_id=-1, src_control_stream_id=10,
+            src_control_channel="aeron:ipc", live_destination=""))
         with pytest.raises(ArchiveError) as err:
             client._await_response(correlation_id, "ReplicateRequest")
     assert "ReplicateRequest" in err.value.message and "not supported" in err.value.message
