@@ -105,14 +105,16 @@ def test_min_bytes_waits_for_enough_data_or_the_delay(harness):
 
 
 def test_available_now_never_goes_past_the_end_seen_when_prepared(harness):
-    rec = Recorder(harness, CHANNEL, 1001)
+    # A stream of this test's own: the reader lists every recording of (channel, stream), and a publication an
+    # earlier test closed on the shared driver may still be draining on 1001 and be recorded too.
+    rec = Recorder(harness, CHANNEL, 1077)
     rec.publish(payloads_of([500] * 30))
-    r = reader(harness, channel="aeron:ipc", streamId=1001, maxBytesPerTrigger="2k")
+    r = reader(harness, channel="aeron:ipc", streamId=1077, maxBytesPerTrigger="2k")
     start = r.initialOffset()
     r.prepareForTriggerAvailableNow()
     target = rec.position
     rec.publish(payloads_of([500] * 30, seed=4))
-    late = Recorder(harness, CHANNEL, 1001, start=False)  # a recording that starts after the target was fixed
+    late = Recorder(harness, CHANNEL, 1077, start=False)  # a recording that starts after the target was fixed
     late.publish(payloads_of([10] * 3))
     rows, batches, last = drain(r, start)
     assert last == {str(rec.recording_id): target} and batches >= 5
