@@ -857,12 +857,21 @@ class Topology:
         mnt, uts = self._ns_file(host, "mnt"), self._ns_file(host, "uts")
         mnt.touch()
         uts.touch()
-        steps = [
-            f"hostname {host}",
+        steps = [f"hostname {host}"]
+        # A checkout under /tmp or /dev/shm (a clone made there) would vanish under the host's own tmpfs: it is
+        # set aside before and put back at the same path after, so every host runs the same .venv and code.
+        covered = [d for d in ("/tmp", "/dev/shm") if PROJECT_DIR.is_relative_to(d)]
+        stash = self.run_dir / f"project-{host}"
+        if covered:
+            stash.mkdir(exist_ok=True)
+            steps.append(f"mount --bind '{PROJECT_DIR}' '{stash}'")
+        steps += [
             "mount -t tmpfs -o mode=1777 aas-tmp /tmp",
             "mount -t tmpfs -o mode=1777 aas-shm /dev/shm",
             f"mount --bind {self._hosts_file} /etc/hosts",
         ]
+        if covered:
+            steps += [f"mkdir -p '{PROJECT_DIR}'", f"mount --move '{stash}' '{PROJECT_DIR}'"]
         if host in CHECKPOINT_HOSTS:
             steps.append(f"mount --bind {self._chk_dir} {CHECKPOINT_DIR}")
         for hidden in (str(self.run_dir), os.path.realpath(NETNS_DIR)):
