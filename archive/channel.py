@@ -146,3 +146,38 @@ def initial_position_params(position: int, initial_term_id: int, term_length: in
 
 def add_session_id(channel: str, session_id: int) -> str:
     return str(ChannelUri.parse(channel).with_params(session_id=session_id))
+
+
+# Endpoint hosts that only mean something where the channel is used: bind any interface, or this host's loopback.
+WILDCARD_HOST = "0.0.0.0"
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def udp_endpoint(channel: str | None) -> tuple[str, str] | None:
+    """(host, port) of a UDP channel's `endpoint` (brackets of an IPv6 host kept), else None (IPC, no endpoint,
+    no port, or not a channel at all)."""
+    if not channel:
+        return None
+    try:
+        uri = ChannelUri.parse(channel)
+    except ChannelError:
+        return None
+    endpoint = uri.get("endpoint")
+    if not uri.is_udp or endpoint is None:
+        return None
+    host, sep, port = endpoint.rpartition(":")
+    return (host, port) if sep else None
+
+
+def udp_endpoint_host(channel: str | None) -> str | None:
+    """The host of a UDP channel's endpoint (`aeron:udp?endpoint=host:port`, IPv6 brackets removed), else None."""
+    endpoint = udp_endpoint(channel)
+    return endpoint[0].strip("[]") if endpoint is not None else None
+
+
+def with_endpoint_host(channel: str, host: str) -> str:
+    """The UDP channel with its endpoint's host replaced by `host` (the port kept)."""
+    endpoint = udp_endpoint(channel)
+    if endpoint is None:
+        raise ChannelError(f"channel has no UDP endpoint with a port: {channel}")
+    return str(ChannelUri.parse(channel).with_params(endpoint=f"{host}:{endpoint[1]}"))

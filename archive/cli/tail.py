@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from aeron_archive_spark.archive import constants as c
 from aeron_archive_spark.archive.cli import credentials
+from aeron_archive_spark.archive.client.connection import REPLAY_CHANNEL_DEFAULT_IPC
 
 if TYPE_CHECKING:
     from aeron_archive_spark.archive.native import HeaderValues
@@ -31,8 +32,8 @@ def add_subparser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     tail.add_argument("--aeron-dir", help="media driver directory (default: $AERON_DIR or Aeron's default)")
     tail.add_argument("--control-channel", default=c.LOCAL_CONTROL_CHANNEL_DEFAULT)
     tail.add_argument("--control-stream-id", type=int, default=c.LOCAL_CONTROL_STREAM_ID_DEFAULT)
-    tail.add_argument("--response-channel", default="aeron:ipc")
-    tail.add_argument("--replay-channel", default="aeron:ipc")
+    tail.add_argument("--response-channel", default=c.LOCAL_CONTROL_CHANNEL_DEFAULT)  # IPC, as the control channel
+    tail.add_argument("--replay-channel", default=REPLAY_CHANNEL_DEFAULT_IPC)
     tail.add_argument("--replay-stream-id", type=int, default=0x7A11)
     tail.add_argument("--from-start", action="store_true", help="replay history first (default: only new messages)")
     tail.add_argument("--format", choices=("hex", "text", "json"), default="hex")

@@ -45,24 +45,18 @@ child (another thread may have held it at the fork). At interpreter exit every p
 sessions, clients and embedded driver (one atexit hook).
 
 Hosts: a remote archive (a UDP control channel) is reached from whatever media driver this host has, else from
-the process's embedded driver (`requires_host_driver` is true only for an IPC control channel), so a Spark driver
-host with no media driver of its own works as executors do. Response and replay channels must name an endpoint
-the archive's host can reach: `localize_channel` turns a host-relative endpoint into this process's own address
-before the subscription binds it and the archive is told it — a `0.0.0.0` host always, and the defaults'
-`localhost` when the archive is on another host — using the address the routing table picks toward the archive's
-control endpoint (each host of a cluster finds its own, with no per-host setting). Port 0 binds an ephemeral
-port, resolved (`try_resolve_channel_endpoint_port`) before the request names it. For an archive on the same
-host, `aeron:ipc` avoids the network stack altogether (both sides must then use the same driver: set `aeronDir`).
+the process's embedded driver (`host.requires_host_driver` is true only for an IPC control channel), so a Spark
+driver host with no media driver of its own works as executors do. The response channel is made concrete for this
+host (`host.localize_channel`) before the session's subscription binds it. For an archive on the same host,
+`aeron:ipc` avoids the network stack altogether (both sides must then use the same driver: set `aeronDir`).
 """
 
 from __future__ import annotations
 
 import atexit
-import ipaddress
 import itertools
 import logging
 import os
-import socket
 import threading
 import time
 import weakref
@@ -70,9 +64,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 
-from aeron_archive_spark.archive.channel import ChannelUri
 from aeron_archive_spark.archive.client.aeron_archive import AeronArchive, RecordingSignalEvent
 from aeron_archive_spark.archive.client.connection import ConnectionOptions, default_aeron_dir
+from aeron_archive_spark.archive.client.host import (  # the last two: for importers not moved to host yet
+    archive_is_remote,
+    driver_active,
+    localize_channel,
+    requires_host_driver,
+)
 from aeron_archive_spark.archive.native import (
     AeronClient,
     EmbeddedMediaDriver,
@@ -83,9 +82,6 @@ from aeron_archive_spark.archive.native import (
 log = logging.getLogger(__name__)
 
 # A driver whose heartbeat is older than this is considered dead (Aeron's default driver timeout).
-DRIVER_LIVENESS_TIMEOUT_MS = 10_000
-WILDCARD_HOST = "0.0.0.0"
-LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 # Idle sessions kept per process, and how long one may wait idle (Spark's Kafka consumer cache defaults).
 DEFAULT_CAPACITY = 64
 DEFAULT_IDLE_TIMEOUT_S = 300.0
@@ -674,106 +670,6 @@ atexit.register(_close_at_exit)
 # -- driver and address helpers -----------------------------------------------------------------------------------
 
 
-def driver_active(aeron_dir: str) -> bool:
-    """True if a media driver runs in `aeron_dir` (a CnC file with a fresh heartbeat)."""
-    if not os.path.isfile(os.path.join(aeron_dir, "cnc.dat")):
-        return False
-    import pyaeron
-
-    try:
-        return bool(pyaeron.is_driver_active(aeron_dir, DRIVER_LIVENESS_TIMEOUT_MS))
-    except Exception as ex:  # a half-written or foreign CnC file: treat as no driver, with the reason logged
-        log.warning("cannot check the media driver in %s: %s", aeron_dir, ex)
-        return False
-
-
-def requires_host_driver(options: ConnectionOptions) -> bool:
-    """True if only the host's media driver can reach this archive: its control channel is IPC.
-
-    Over UDP any media driver reaches it, so a process on a host without a media driver (a Spark driver on a
-    cluster) uses an embedded one, as executors do.
-    """
-    try:
-        return ChannelUri.parse(options.control_channel).is_ipc
-    except Exception:
-        return False
-
-
-def executor_address() -> str:
-    """This process's address when nothing better is known: $SPARK_LOCAL_IP, else the host name's address."""
-    configured = os.environ.get("SPARK_LOCAL_IP")
-    if configured:
-        return configured
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return "127.0.0.1"
-
-
-def _endpoint_host(channel: str | None) -> str | None:
-    """The host of a UDP channel's endpoint (`aeron:udp?endpoint=host:port`), else None."""
-    if not channel:
-        return None
-    try:
-        uri = ChannelUri.parse(channel)
-    except Exception:
-        return None
-    endpoint = uri.get("endpoint")
-    if not uri.is_udp or endpoint is None:
-        return None
-    host, sep, _ = endpoint.rpartition(":")
-    return host.strip("[]") if sep else None
-
-
-def _is_loopback(host: str) -> bool:
-    if host in LOOPBACK_HOSTS:
-        return True
-    try:
-        return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
-    except (OSError, ValueError):
-        return False
-
-
-def archive_is_remote(control_channel: str) -> bool:
-    """True if the archive's control channel is UDP to a host other than this one's loopback."""
-    host = _endpoint_host(control_channel)
-    return host is not None and not _is_loopback(host)
-
-
-def route_address(host: str) -> str | None:
-    """The local address this host sends from toward `host` (asks the kernel's routing table; sends nothing)."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect((host, 9))
-            return str(probe.getsockname()[0])
-    except OSError:
-        return None
-
-
-def localize_channel(channel: str, toward: str | None = None) -> str:
-    """The channel with a host-relative endpoint made concrete for this process, so the archive can reach it.
-
-    `toward` is the archive's control channel. A `0.0.0.0` endpoint host, and a loopback one (the defaults'
-    `localhost`) when that archive is on another host, become the address this host sends from toward the
-    archive (the routing table's answer, so every host of a cluster finds its own address with no per-host
-    setting); without a UDP archive endpoint, `0.0.0.0` becomes `executor_address()`. The subscription binds
-    the result and the archive is told the same endpoint, so the port can stay 0 (resolved after binding).
-    """
-    uri = ChannelUri.parse(channel)
-    endpoint = uri.get("endpoint")
-    if not uri.is_udp or endpoint is None:
-        return channel
-    host, sep, port = endpoint.rpartition(":")
-    if not sep:
-        return channel
-    archive = _endpoint_host(toward)
-    remote_archive = archive is not None and not _is_loopback(archive)
-    if host != WILDCARD_HOST and not (remote_archive and _is_loopback(host.strip("[]"))):
-        return channel
-    address = (route_address(archive) if archive is not None else None) or executor_address()
-    return str(uri.with_params(endpoint=f"{address}:{port}"))
-
-
 __all__ = [
     "CAPACITY_ENV",
     "DEFAULT_CAPACITY",
@@ -787,10 +683,6 @@ __all__ = [
     "SessionKey",
     "archive_is_remote",
     "connection_pool",
-    "driver_active",
-    "executor_address",
-    "localize_channel",
     "requires_host_driver",
-    "route_address",
     "settings_from_env",
 ]

@@ -40,12 +40,8 @@ import numpy as np
 from aeron_archive_spark.archive import recording_pos
 from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
 from aeron_archive_spark.archive.client.connection import ConnectionOptions, default_aeron_dir
-from aeron_archive_spark.archive.client.pool import (
-    ConnectionPool,
-    NoMediaDriverError,
-    connection_pool,
-    requires_host_driver,
-)
+from aeron_archive_spark.archive.client.host import requires_host_driver
+from aeron_archive_spark.archive.client.pool import ConnectionPool, NoMediaDriverError, connection_pool
 from aeron_archive_spark.archive.constants import (
     CATALOG_FILE_NAME,
     NULL_COUNTER_ID,

@@ -52,12 +52,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from aeron_archive_spark.archive.channel import add_session_id
+from aeron_archive_spark.archive.client.host import localize_channel
 from aeron_archive_spark.archive.client.pool import (
     ArchiveConnectError,
     ArchiveLease,
     ConnectionPool,
     connection_pool,
-    localize_channel,
 )
 from aeron_archive_spark.archive.exceptions import ArchiveError
 from aeron_archive_spark.archive.storage.frames import (

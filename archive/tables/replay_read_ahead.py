@@ -51,7 +51,8 @@ from typing import TYPE_CHECKING
 
 from aeron_archive_spark.archive.channel import ChannelUri, add_session_id
 from aeron_archive_spark.archive.client.connection import REPLAY_STREAM_ID_DEFAULT
-from aeron_archive_spark.archive.client.pool import ArchiveLease, ConnectionPool, localize_channel
+from aeron_archive_spark.archive.client.host import localize_channel
+from aeron_archive_spark.archive.client.pool import ArchiveLease, ConnectionPool
 from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
 from aeron_archive_spark.archive.native import NativeAeronError
 from aeron_archive_spark.archive.storage.frames import to_int32

@@ -35,11 +35,9 @@ from aeron_archive_spark.archive.client.pool import (
     NoMediaDriverError,
     SessionKey,
     connection_pool,
-    localize_channel,
-    requires_host_driver,
-    route_address,
     settings_from_env,
 )
+from aeron_archive_spark.archive.client.host import localize_channel, requires_host_driver, route_address
 from aeron_archive_spark.archive.constants import RecordingSignal
 from aeron_archive_spark.archive.exceptions import ArchiveError
 from aeron_archive_spark.archive.tables.options import SourceOptions
