@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 from .archive_codec import load_archive_codec_without_classes as _schema_codec
-from .codec import FieldSpec, MessageSpec, SbeCodec, VarFieldSpec
+from .codec import SbeCodec
+from .schema import FieldSpec, MessageSpec, VarFieldSpec
 
 HEADER = '''"""The messages of the Aeron Archive control protocol (SBE schema {schema_id}, version {version}), typed.
 

@@ -38,17 +38,11 @@ from xml.etree import ElementInclude
 import numpy as np
 import pyarrow as pa
 
-from aeron_archive_spark.archive.codecs.codec import (
-    CodecError,
-    FieldSpec,
-    GroupSpec,
-    SbeCodec,
-    SchemaError,
-    VarFieldSpec,
-)
+from aeron_archive_spark.archive.codecs.codec import SbeCodec
+from aeron_archive_spark.archive.codecs.schema import CodecError, FieldSpec, GroupSpec, SchemaError, VarFieldSpec
 
 if TYPE_CHECKING:
-    from aeron_archive_spark.archive.codecs.codec import MessageSpec
+    from aeron_archive_spark.archive.codecs.schema import MessageSpec
 
 log = logging.getLogger(__name__)
 

@@ -41,12 +41,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from aeron_archive_spark.archive.codecs.codec import (
-    CodecError,
-    MessageSpec,
-    SbeCodec,
-    SchemaError,
-)
+from aeron_archive_spark.archive.codecs.codec import SbeCodec
+from aeron_archive_spark.archive.codecs.schema import CodecError, MessageSpec, SchemaError
 from aeron_archive_spark.archive.tables.sbe.columns import (
     MESSAGE_COLUMN,
     ColumnSpec,
