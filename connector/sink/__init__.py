@@ -20,7 +20,7 @@ def __getattr__(name: str) -> Any:
 
         return batch_map.BatchEntry
     if name in ("read_batch_map", "read_sink", "read_sinks"):
-        from aeron_archive_spark.connector.sink import sink_log
+        from aeron_archive_spark.connector.sink import log_store
 
-        return getattr(sink_log, name)
+        return getattr(log_store, name)
     raise AttributeError(f"module 'aeron_archive_spark.connector.sink' has no attribute {name!r}")

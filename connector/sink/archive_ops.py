@@ -1,6 +1,6 @@
 """The archive requests a sink commit makes, each waiting for its recording signal with the publish timeout.
 
-Shared by the commit (`committer`: the target recording) and the sink's state log (`sink_log`: a recording of
+Shared by the commit (`committer`: the target recording) and the sink's state log (`log_lock`: a recording of
 its own), which open, extend, confirm, await and stop recordings the same way. Connections are not this module's
 business: a commit leases its control session from the process's connection pool.
 """

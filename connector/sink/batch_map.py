@@ -2,7 +2,7 @@
 
 A reader of the recording uses it to tell which positions belong to which committed micro-batch (for example to
 replay exactly batches 10..20, or to check that a position is committed). The entries are the `commit` records
-of the sink's log, a recording in the archive itself (`aeron_archive_spark.connector.sink.sink_log`), so any
+of the sink's log, a recording in the archive itself (`aeron_archive_spark.connector.sink.log_store`), so any
 host that reaches the archive can read them:
 
     from aeron_archive_spark.archive.client.connection import ConnectionOptions

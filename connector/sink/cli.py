@@ -1,8 +1,8 @@
 """`aeron-archive batches`: print Spark sinks' batch id -> recording positions maps, read from the archive.
 
 Declared as an `aeron_archive_spark.cli` entry point in pyproject.toml, which the `aeron-archive` command loads
-(the engine never imports the connector). A sink's state is a log recording in the archive itself
-(`aeron_archive_spark.connector.sink.sink_log`), so this asks a running archive, from any host that reaches it:
+(the engine never imports the connector). A sink's state is a log recording in the archive itself (read by
+`aeron_archive_spark.connector.sink.log_store`), so this asks a running archive, from any host that reaches it:
 an operator can map a position in a recording back to the micro-batch that wrote it, or see that a commit is
 pending after a crash.
 """
@@ -16,12 +16,8 @@ from datetime import UTC, datetime
 from aeron_archive_spark.archive import constants as c
 from aeron_archive_spark.archive.client.connection import ConnectionOptions
 from aeron_archive_spark.connector.sink.errors import SinkError
-from aeron_archive_spark.connector.sink.sink_log import (
-    SinkView,
-    read_sinks,
-    sink_identity,
-    sink_key,
-)
+from aeron_archive_spark.connector.sink.log_identity import sink_identity, sink_key
+from aeron_archive_spark.connector.sink.log_store import SinkView, read_sinks
 
 
 def add_subparser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:

@@ -1,6 +1,6 @@
 """Driver side: publish a batch's rows (carried in Spark's commit messages) into the recording, exactly once.
 
-The protocol, for one commit, while this committer owns the sink's log (`sink_log`: the durable state is a
+The protocol, for one commit, while this committer owns the sink's log (`log_lock`: the durable state is a
 recording in the archive itself, and owning it is the commit lock):
 
 1. If the log's batch map already has this batch id (or a later one), the batch is committed: do nothing. That
@@ -48,20 +48,12 @@ from aeron_archive_spark.connector.sink.archive_ops import (
 )
 from aeron_archive_spark.connector.sink.batch_map import BatchEntry
 from aeron_archive_spark.connector.sink.errors import SinkError
+from aeron_archive_spark.connector.sink.log_identity import sink_identity, sink_key
+from aeron_archive_spark.connector.sink.log_lock import HeldLog, acquire
+from aeron_archive_spark.connector.sink.log_records import Creating, Pending, SinkTarget, commit_record, rollback_record
 from aeron_archive_spark.connector.sink.options import SinkOptions
 from aeron_archive_spark.connector.sink.publisher import FramePublisher
 from aeron_archive_spark.connector.sink.resume import Resume, find_resume
-from aeron_archive_spark.connector.sink.sink_log import (
-    Creating,
-    HeldLog,
-    Pending,
-    SinkTarget,
-    acquire,
-    commit_record,
-    rollback_record,
-    sink_identity,
-    sink_key,
-)
 from aeron_archive_spark.connector.sink.staging import StagedPartition, read_staged
 
 log = logging.getLogger(__name__)

@@ -147,7 +147,7 @@ def run_quickstart(tmp_path: Path, python: str, serve_cwd: Path, aeron_archive: 
     listed = subprocess.run([python, "-m", "aeron_archive_spark.archive.cli.main", "list", "--dir", archive_dir,
                              "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert listed.returncode == 0, listed.stderr
-    from aeron_archive_spark.connector.sink.sink_log import ALIAS_PREFIX, SINK_LOG_STREAM_ID
+    from aeron_archive_spark.connector.sink.log_identity import ALIAS_PREFIX, SINK_LOG_STREAM_ID
     recordings = {d["streamId"]: d for d in json.loads(listed.stdout)}
     # and the sink's state: its log recording (found by the query's checkpointLocation), on a stream of its own
     assert set(recordings) == {1001, 3003, SINK_LOG_STREAM_ID}

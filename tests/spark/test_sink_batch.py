@@ -12,7 +12,7 @@ from system.test_sink_util import SINK_CHANNEL, batch_map, replay_range, replay_
 
 from aeron_archive_spark.archive.client.pool import connection_pool
 from aeron_archive_spark.connector.sink import faults, read_batch_map
-from aeron_archive_spark.connector.sink.sink_log import SINK_LOG_STREAM_ID
+from aeron_archive_spark.connector.sink.log_identity import SINK_LOG_STREAM_ID
 
 pytestmark = pytest.mark.spark
 

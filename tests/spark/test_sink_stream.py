@@ -21,7 +21,8 @@ from system.test_sink_util import replay_range, sink_option_map, sink_options, s
 from aeron_archive_spark.archive.client.pool import connection_pool
 from aeron_archive_spark.connector.sink import faults, read_batch_map
 from aeron_archive_spark.connector.sink.errors import SinkError
-from aeron_archive_spark.connector.sink.sink_log import SINK_LOG_STREAM_ID, SinkView
+from aeron_archive_spark.connector.sink.log_identity import SINK_LOG_STREAM_ID
+from aeron_archive_spark.connector.sink.log_store import SinkView
 
 pytestmark = pytest.mark.spark
 

@@ -114,7 +114,7 @@ def test_batches_reads_every_sink_log_from_the_archive(sink_harness, aeron_dir, 
     from aeron_archive_spark.connector.sink import faults
     from aeron_archive_spark.connector.sink.committer import commit_batch
     from aeron_archive_spark.connector.sink.errors import InjectedFault
-    from aeron_archive_spark.connector.sink.sink_log import SINK_LOG_STREAM_ID
+    from aeron_archive_spark.connector.sink.log_identity import SINK_LOG_STREAM_ID
     from system.test_sink_util import SINK_CHANNEL, batch_map, sink_options, stage, value_batch
 
     h = sink_harness

@@ -272,7 +272,7 @@ def test_a_recording_extended_after_a_pad_replays_across_the_join(harness: Harne
 def test_the_sink_log_reader_reads_records_across_pads_mid_term(harness: Harness) -> None:
     """The sink reads its batch map's records through the same replay and decoder as the source."""
     from aeron_archive_spark.archive.client.connection import ConnectionOptions
-    from aeron_archive_spark.connector.sink.sink_log import read_records
+    from aeron_archive_spark.connector.sink.log_store import read_records
 
     records = [{"n": i, "text": "x" * (i % 300)} for i in range(200)]
     plan: list[tuple[str, Any]] = []

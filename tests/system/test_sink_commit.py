@@ -255,7 +255,9 @@ def test_an_interrupted_creation_that_never_reached_the_archive_starts_a_new_rec
     messages, rows0 = stage_batch(options, 0)
     # A `creating` record whose session id the archive never saw (the commit died before its start request).
     from aeron_archive_spark.connector.sink.archive_ops import ArchiveOps, lease_archive, SignalLog
-    from aeron_archive_spark.connector.sink.sink_log import Creating, acquire, sink_identity, sink_key
+    from aeron_archive_spark.connector.sink.log_identity import sink_identity, sink_key
+    from aeron_archive_spark.connector.sink.log_lock import acquire
+    from aeron_archive_spark.connector.sink.log_records import Creating
     identity = sink_identity(True, options.checkpoint_location, None, None, None)
     signals = SignalLog()
     lease, archive = lease_archive(options.connection, signals, True)
@@ -270,26 +272,27 @@ def test_an_interrupted_creation_that_never_reached_the_archive_starts_a_new_rec
 
 
 def _sink_logs(harness, options):
-    from aeron_archive_spark.connector.sink.sink_log import find_logs, log_id_of, sink_identity, sink_key
+    from aeron_archive_spark.connector.sink.log_identity import log_id_of, sink_identity, sink_key
+    from aeron_archive_spark.connector.sink.log_store import find_logs
     key = sink_key(sink_identity(True, options.checkpoint_location, None, None, None))
     return [(log_id_of(d)[1], d) for d in find_logs(harness.client, key)]
 
 
 @pytest.fixture
 def small_logs(monkeypatch):
-    from aeron_archive_spark.connector.sink import sink_log
-    monkeypatch.setattr(sink_log, "COMPACT_AFTER_BYTES", 1500)
-    monkeypatch.setattr(sink_log, "RECENT_ENTRIES", 3)
-    sink_log._cache.clear()
-    yield sink_log
-    sink_log._cache.clear()
+    from aeron_archive_spark.connector.sink import log_lock, log_state, log_store
+    monkeypatch.setattr(log_lock, "COMPACT_AFTER_BYTES", 1500)
+    monkeypatch.setattr(log_state, "RECENT_ENTRIES", 3)
+    log_store._cache.clear()
+    yield log_store
+    log_store._cache.clear()
 
 
 def test_a_long_log_is_compacted_into_a_new_generation_and_the_old_one_purged(harness, tmp_path, small_logs, caplog):
     options = sink_options(harness, str(tmp_path / "chk"))
     expected = []
     entries = []
-    with caplog.at_level(logging.INFO, logger="aeron_archive_spark.connector.sink.sink_log"):
+    with caplog.at_level(logging.INFO, logger="aeron_archive_spark.connector.sink.log_lock"):
         for batch in range(24):
             messages, rows = stage_batch(options, batch, sizes=(3, 2))
             entries.append(commit_batch(options, messages, batch, str(batch), True))
@@ -331,7 +334,9 @@ def test_a_compaction_that_fails_midway_loses_nothing(harness, tmp_path, small_l
 
     # A generation cut short (its writer died mid-snapshot) is ignored and purged; the log before it goes on.
     from aeron_archive_spark.connector.sink.archive_ops import ArchiveOps, SignalLog, lease_archive
-    from aeron_archive_spark.connector.sink.sink_log import SINK_LOG_STREAM_ID, HeldLog, LogState, log_channel
+    from aeron_archive_spark.connector.sink.log_identity import SINK_LOG_STREAM_ID
+    from aeron_archive_spark.connector.sink.log_lock import HeldLog, log_channel
+    from aeron_archive_spark.connector.sink.log_state import LogState
     [(generation, current)] = _sink_logs(harness, options)
     key = sink_view(options).key
     signals = SignalLog()
@@ -461,7 +466,7 @@ def test_the_archive_records_a_session_before_its_publication_is_added(harness, 
     # only on the sender's setup retry, 100 ms later, twice per commit: the log and the target).
     from aeron_archive_spark.archive.channel import ChannelUri
     from aeron_archive_spark.archive.native.client import AeronClient
-    from aeron_archive_spark.connector.sink.sink_log import SINK_LOG_STREAM_ID
+    from aeron_archive_spark.connector.sink.log_identity import SINK_LOG_STREAM_ID
 
     options = sink_options(harness, str(tmp_path / "chk"), channel=channel)
     added: list[tuple[int, bool]] = []
@@ -495,14 +500,9 @@ def test_subscriptions_left_by_a_commit_that_died_before_its_publications_are_st
     from aeron_archive_spark.archive.channel import add_session_id
     from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
     from aeron_archive_spark.connector.sink.archive_ops import ArchiveOps, SignalLog, lease_archive, own_session_id
-    from aeron_archive_spark.connector.sink.sink_log import (
-        SINK_LOG_STREAM_ID,
-        Pending,
-        acquire,
-        log_alias,
-        sink_identity,
-        sink_key,
-    )
+    from aeron_archive_spark.connector.sink.log_identity import SINK_LOG_STREAM_ID, log_alias, sink_identity, sink_key
+    from aeron_archive_spark.connector.sink.log_lock import acquire
+    from aeron_archive_spark.connector.sink.log_records import Pending
 
     options = sink_options(harness, str(tmp_path / "chk"))
     messages0, rows0 = stage_batch(options, 0)
@@ -590,7 +590,7 @@ def test_a_commit_killed_between_its_record_request_and_its_publication_leaves_n
     # kill -9 (os._exit) of the committing process right after it asked the archive to record (the target's
     # extend, or the sink log's) and before its publication exists: the next commit stops the subscription left
     # behind and commits the batch exactly once.
-    from aeron_archive_spark.connector.sink.sink_log import SINK_LOG_STREAM_ID, log_alias, sink_identity, sink_key
+    from aeron_archive_spark.connector.sink.log_identity import SINK_LOG_STREAM_ID, log_alias, sink_identity, sink_key
 
     options = sink_options(harness, str(tmp_path / "chk"))
     messages0, rows0 = stage_batch(options, 0)

@@ -15,7 +15,7 @@ import os
 import pytest
 
 from aeron_archive_spark.archive.client.pool import connection_pool
-from aeron_archive_spark.connector.sink import sink_log
+from aeron_archive_spark.connector.sink import log_lock, log_state, log_store
 from aeron_archive_spark.connector.sink.committer import commit_batch
 from system.harness import Harness
 from system.test_sink_util import batch_map, replay_range, sink_options, sink_view, stage, value_batch
@@ -42,9 +42,9 @@ def _soak(harness, tmp_path, monkeypatch, caplog, commits: int) -> None:
     # pytest keeps every captured log record of a test in memory (log_level INFO: several lines a commit), which
     # would show as RSS growth of the test, not of the sink
     caplog.set_level(logging.WARNING)
-    monkeypatch.setattr(sink_log, "COMPACT_AFTER_BYTES", 16 * 1024)
-    monkeypatch.setattr(sink_log, "RECENT_ENTRIES", 8)
-    sink_log._cache.clear()
+    monkeypatch.setattr(log_lock, "COMPACT_AFTER_BYTES", 16 * 1024)
+    monkeypatch.setattr(log_state, "RECENT_ENTRIES", 8)
+    log_store._cache.clear()
     options = sink_options(harness, str(tmp_path / "chk"))
     warm = commits // 5
     samples = []
@@ -66,7 +66,7 @@ def _soak(harness, tmp_path, monkeypatch, caplog, commits: int) -> None:
 
     view = sink_view(options)
     assert view.state.count == commits and view.state.last.batch_id == commits - 1
-    logs = sink_log.find_logs(harness.client, view.key)
+    logs = log_store.find_logs(harness.client, view.key)
     assert len(logs) == 1, "every compacted generation but the current one was purged"
     assert logs[0].stop_position - logs[0].start_position < 64 * 1024
     [last] = [e for e in batch_map(options) if e.batch_id == commits - 1]

@@ -13,7 +13,7 @@ from aeron_archive_spark.archive import AeronArchive
 from aeron_archive_spark.connector.sink.batch_map import BatchEntry
 from aeron_archive_spark.connector.sink.columns import InputLayout
 from aeron_archive_spark.connector.sink.options import SinkOptions, parse_sink_options
-from aeron_archive_spark.connector.sink.sink_log import SinkView, read_sink
+from aeron_archive_spark.connector.sink.log_store import SinkView, read_sink
 from aeron_archive_spark.connector.sink.staging import StagedPartition, stage_partition
 
 SINK_CHANNEL = "aeron:ipc?term-length=65536"
