@@ -66,12 +66,7 @@ from types import TracebackType
 
 from aeron_archive_spark.archive.client.aeron_archive import AeronArchive, RecordingSignalEvent
 from aeron_archive_spark.archive.client.connection import ConnectionOptions, default_aeron_dir
-from aeron_archive_spark.archive.client.host import (  # the last two: for importers not moved to host yet
-    archive_is_remote,
-    driver_active,
-    localize_channel,
-    requires_host_driver,
-)
+from aeron_archive_spark.archive.client.host import driver_active, localize_channel
 from aeron_archive_spark.archive.native import (
     AeronClient,
     EmbeddedMediaDriver,
@@ -681,8 +676,6 @@ __all__ = [
     "NoMediaDriverError",
     "PoolStats",
     "SessionKey",
-    "archive_is_remote",
     "connection_pool",
-    "requires_host_driver",
     "settings_from_env",
 ]

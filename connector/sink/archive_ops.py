@@ -19,12 +19,12 @@ from aeron_archive_spark.archive.client.aeron_archive import (
     RecordingSignalEvent,
 )
 from aeron_archive_spark.archive.client.connection import ConnectionOptions
+from aeron_archive_spark.archive.client.host import requires_host_driver
 from aeron_archive_spark.archive.client.pool import (
     ArchiveConnectError,
     ArchiveLease,
     NoMediaDriverError,
     connection_pool,
-    requires_host_driver,
 )
 from aeron_archive_spark.archive.constants import (
     NULL_COUNTER_ID,

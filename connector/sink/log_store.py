@@ -177,7 +177,8 @@ def read_batch_map(
 
 def read_sinks(connection: ConnectionOptions, key: str | None = None) -> list[SinkView]:
     """Every sink log in the archive (or those of one key), with their batch maps."""
-    from aeron_archive_spark.archive.client.pool import connection_pool, requires_host_driver
+    from aeron_archive_spark.archive.client.host import requires_host_driver
+    from aeron_archive_spark.archive.client.pool import connection_pool
 
     views: list[SinkView] = []
     lease = connection_pool().archive(

@@ -115,6 +115,6 @@ def _schema_text(path: str) -> str:
 
 def _default_source_location(control_channel: str) -> str:
     """`local` when the archive runs on this host (it can spy our publication), else `remote` (a cluster)."""
-    from aeron_archive_spark.archive.client.pool import archive_is_remote
+    from aeron_archive_spark.archive.client.host import archive_is_remote
 
     return "remote" if archive_is_remote(control_channel) else "local"
