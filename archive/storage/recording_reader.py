@@ -1,13 +1,21 @@
-"""RecordingReader: positional reads of a recording's segment files for replay, tools and the Spark connector.
+"""RecordingReader: the one reader of a recording's segment files, for replay, tools and the Spark connector.
 
 Reads never cross a term boundary (and so never a segment boundary), exactly like `ReplaySession.readRecording`:
 a replay offers whole terms' worth of frames with `offerBlock`, which must not span terms, and the position of
 every byte read is then simply `position + offset`.
+
+Two ways to read: `read_into` copies into the caller's buffer (`pread`; a replay reads straight into its term),
+and `view` hands out a read-only view of a mapping of the file (32 MiB windows, sequential read-ahead advised),
+so a reader that copies the bytes anyway (the Spark source, into Arrow) copies them once, not twice. A mapping
+lives exactly as long as views of it do (no explicit unmap that could race with the consumer), and a window
+bounds the address space a reader uses. For a small read (a few KiB in all, `small=True`) `view` uses `pread`
+instead: there a mapping's fixed cost (mmap, madvise, the page fault, munmap) is what counts, not the copy.
 """
 
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +38,11 @@ from aeron_archive_spark.archive.storage.frames import (
 from aeron_archive_spark.archive.storage.segments import segment_file_base_position, segment_file_name
 
 log = logging.getLogger(__name__)
+
+# `view` maps windows of this size (a multiple of the mmap granularity): mapping per read costs more in mmap/munmap
+# and page-table work than it saves; a window bounds the address space a reader uses.
+VIEW_WINDOW = 32 * 1024 * 1024
+_SEQUENTIAL = getattr(mmap, "MADV_SEQUENTIAL", None)
 
 
 class RecordingReader:
@@ -60,6 +73,9 @@ class RecordingReader:
         self._clock_ns = clock_ns
         self._fd = -1
         self._segment_base = NULL_POSITION
+        self._segment_size = -1  # the open segment file's size as last seen by `view` (-1: not looked at)
+        self._map: mmap.mmap | None = None
+        self._map_start = 0
         self._closed = False
         self.total_read_bytes = 0
         self.total_read_time_ns = 0
@@ -153,6 +169,44 @@ class RecordingReader:
         if elapsed > self.max_read_time_ns:
             self.max_read_time_ns = elapsed
         return done
+
+    def view(self, position: int, end: int, *, small: bool = False) -> memoryview:
+        """The recorded bytes `[position, end)`, inside one segment file, as a read-only view (see the module doc).
+
+        `small`: copy them with one `pread` instead of mapping. A file shorter than `end` needs (cut, or truncated
+        meanwhile) is an error naming the recording, the file and both sizes; a live recording's file is looked at
+        again before that, as it may have grown.
+        """
+        fd = self._segment_fd(position)
+        offset = position - self._segment_base
+        length = end - position
+        if small:
+            data = os.pread(fd, length, offset)
+            if len(data) < length:
+                self._segment_size = os.fstat(fd).st_size
+                raise self._file_too_short(position, end, offset + length)
+            return memoryview(data)
+        if offset + length > self._segment_size:
+            self._segment_size = os.fstat(fd).st_size
+            if offset + length > self._segment_size:
+                raise self._file_too_short(position, end, offset + length)
+        mapped = self._map
+        if mapped is None or offset < self._map_start or offset + length > self._map_start + len(mapped):
+            self._map = None  # unmapped once the consumer drops its last view of it
+            map_start = offset - offset % VIEW_WINDOW
+            map_length = min(self._segment_size, max(map_start + VIEW_WINDOW, offset + length)) - map_start
+            mapped = self._map = mmap.mmap(fd, map_length, prot=mmap.PROT_READ, offset=map_start)
+            self._map_start = map_start
+            if _SEQUENTIAL is not None:
+                mapped.madvise(_SEQUENTIAL)
+        start = offset - self._map_start
+        return memoryview(mapped)[start : start + length]
+
+    def _file_too_short(self, position: int, end: int, needed: int) -> ArchiveError:
+        return ArchiveError(
+            f"recording {self._recording_id}: segment file {self.segment_file_path(position)} holds "
+            f"{self._segment_size} bytes, position {end} needs {needed}; the recording may have been truncated"
+        )
 
     def validate_frame_at(self, position: int, stop_position: int | None = None) -> None:
         """Check a replay start position points at a frame header (ReplaySession INIT, step 3).
@@ -290,7 +344,10 @@ class RecordingReader:
             try:
                 self._fd = os.open(path, os.O_RDONLY)
             except FileNotFoundError as ex:
-                raise ArchiveError(f"recording segment not found: {path}") from ex
+                raise ArchiveError(
+                    f"recording segment not found: {path} (recording {self._recording_id}, position {position}: "
+                    "purged or deleted?)"
+                ) from ex
             self._segment_base = base
             log.debug("recording %d: reading segment %s", self._recording_id, path)
         return self._fd
@@ -298,5 +355,7 @@ class RecordingReader:
     def _close_segment(self) -> None:
         fd, self._fd = self._fd, -1
         self._segment_base = NULL_POSITION
+        self._segment_size = -1
+        self._map = None  # mappings stay valid until their last view goes
         if fd >= 0:
             os.close(fd)

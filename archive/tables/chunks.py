@@ -9,8 +9,6 @@ The message decoder (`aeron_archive_spark.archive.tables.decode`) sees only chun
 from __future__ import annotations
 
 import logging
-import mmap
-import os
 from collections.abc import Iterator
 from typing import Protocol, runtime_checkable
 
@@ -25,10 +23,7 @@ from aeron_archive_spark.archive.storage.frames import (
     frame_type_at,
     scan_frames,
 )
-from aeron_archive_spark.archive.storage.segments import (
-    segment_file_base_position,
-    segment_file_name,
-)
+from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
 from aeron_archive_spark.archive.tables.ranges import ReadRange
 
 log = logging.getLogger(__name__)
@@ -65,12 +60,9 @@ class ChunkSource(Protocol):
 class DiskChunkSource:
     """Reads segment files directly (`archiveDir`): no server, works on a Java Aeron Archive directory too.
 
-    Chunks are views of read-only memory mappings of the segment file (32 MiB windows), so payload bytes are copied
-    once (into the Arrow `value` column), not twice (`pread` into a buffer, then into Arrow). A mapping lives
-    exactly as long as views of it do (no explicit unmap that could race with the consumer), and a window bounds
-    the address space a task uses. A read of a few KiB in all (a small recording) is a `pread` instead: there a
-    mapping's fixed cost is what counts, not the copy. A segment file shorter than the recorded range (damaged, or
-    truncated meanwhile) is an error, checked before mapping (or by the `pread` coming up short).
+    Chunks are `RecordingReader.view`s: views of read-only mappings of the segment file, so payload bytes are copied
+    once (into the Arrow `value` column), not twice; a read of a few KiB in all (a small recording) is a `pread`
+    instead. A segment file shorter than the recorded range (damaged, or truncated meanwhile) is an error.
 
     Besides the protocol's `iter_chunks`, `iter_scanned_chunks` also yields the `FrameScan` of each chunk: finding
     where the whole frames of a read end needs a frame walk anyway, and handing it on spares the decoder a second
@@ -92,11 +84,20 @@ class DiskChunkSource:
         term_length = facts.term_length
         position = partition.start
         limit = partition.limit
-        segment = _Segment(partition, small=limit - position <= _SMALL_READ)
+        small = limit - position <= _SMALL_READ
+        reader = RecordingReader(
+            partition.archive_dir,
+            facts.recording_id,
+            facts.start_position,
+            term_length,
+            facts.segment_length,
+            facts.initial_term_id,
+            facts.stream_id,
+        )
         try:
             while position < limit:
                 term_end = position - (position & (term_length - 1)) + term_length
-                view = segment.view(position, min(limit, term_end, position + self._chunk_length))
+                view = reader.view(position, min(limit, term_end, position + self._chunk_length), small=small)
                 n = len(view)
                 scan = scan_frames(view, 0, n, stop_at_padding=False)
                 if scan.stop_reason is ScanStop.END:
@@ -123,82 +124,8 @@ class DiskChunkSource:
                     )
                 del view, scan
         finally:
-            segment.close()
+            reader.close()
 
 
-class _Segment:
-    """The open segment file a partition is reading, and read-only mappings of stretches of it.
-
-    `small`: the whole read is at most `_SMALL_READ` bytes (a small recording's few messages): its stretches are
-    read with `pread` instead, which costs a few microseconds against some tens for a mapping (mmap, madvise, the
-    page fault, munmap); the copy is as cheap as the mapping's page fault at that size.
-    """
-
-    def __init__(self, partition: ReadRange, small: bool = False) -> None:
-        self._p = partition
-        self._small = small
-        self._fd = -1
-        self._base = -1
-        self._size = 0
-        self._path = ""
-        self._map: mmap.mmap | None = None
-        self._map_start = 0
-
-    def view(self, position: int, end: int) -> memoryview:
-        facts = self._p.recording
-        base = segment_file_base_position(facts.start_position, position, facts.term_length, facts.segment_length)
-        if base != self._base:
-            self.close()
-            self._path = os.path.join(self._p.archive_dir or "", segment_file_name(facts.recording_id, base))
-            try:
-                self._fd = os.open(self._path, os.O_RDONLY)
-            except FileNotFoundError as ex:
-                raise ArchiveError(
-                    f"recording {facts.recording_id}: segment file for position {position} not found: "
-                    f"{self._path} (purged or deleted?)"
-                ) from ex
-            self._base = base
-            self._size = -1 if self._small else os.fstat(self._fd).st_size
-        offset = position - base
-        length = end - position
-        if self._small:
-            data = os.pread(self._fd, length, offset)
-            if len(data) < length:  # the file ends before `end`: the same error as the check below
-                self._size = os.fstat(self._fd).st_size
-                self._raise_short(end, offset + length)
-            return memoryview(data)
-        if offset + length > self._size:
-            self._size = os.fstat(self._fd).st_size  # a live recording's file may have grown
-            if offset + length > self._size:
-                self._raise_short(end, offset + length)
-        if self._map is None or offset < self._map_start or offset + length > self._map_start + len(self._map):
-            self._map = None  # unmapped once the consumer drops its last view of it
-            map_start = offset - offset % _WINDOW
-            map_length = min(self._size, max(map_start + _WINDOW, offset + length)) - map_start
-            self._map = mmap.mmap(self._fd, map_length, prot=mmap.PROT_READ, offset=map_start)
-            self._map_start = map_start
-            if _SEQUENTIAL is not None:
-                self._map.madvise(_SEQUENTIAL)
-        start = offset - self._map_start
-        return memoryview(self._map)[start : start + length]
-
-    def _raise_short(self, end: int, needed: int) -> None:
-        raise ArchiveError(
-            f"recording {self._p.recording_id}: segment file {self._path} holds {self._size} bytes, "
-            f"position {end} needs {needed}; the recording may have been truncated"
-        )
-
-    def close(self) -> None:
-        fd, self._fd = self._fd, -1
-        self._base = -1
-        self._map = None
-        if fd >= 0:
-            os.close(fd)  # mappings stay valid until their last view goes
-
-
-# Mappings cover windows of this size (a multiple of the mmap granularity): mapping per chunk costs more in
-# mmap/munmap and page-table work than it saves; a window bounds the address space a task uses.
-_WINDOW = 32 * 1024 * 1024
-_SEQUENTIAL = getattr(mmap, "MADV_SEQUENTIAL", None)
-# A read of at most this many bytes in all is done with `pread`, not mapped (see `_Segment`).
+# A read of at most this many bytes in all is a `pread`, not a mapping (see `RecordingReader.view`).
 _SMALL_READ = 64 * 1024
