@@ -27,9 +27,9 @@ def export_recording(
     import pyarrow.parquet as pq
     from tqdm import tqdm
 
-    from aeron_archive_spark.archive.tables.options import MAX_BYTES_PER_PARTITION_DEFAULT, SourceOptions
+    from aeron_archive_spark.archive.tables.options import SourceOptions
     from aeron_archive_spark.archive.tables.payload import payload_decoder
-    from aeron_archive_spark.archive.tables.planning import plan_ranges
+    from aeron_archive_spark.archive.tables.planning import MAX_BYTES_PER_RANGE_DEFAULT, plan_ranges
     from aeron_archive_spark.archive.tables.ranges import RecordingFacts
     from aeron_archive_spark.archive.tables.read import read_batches
     from aeron_archive_spark.archive.tables.recording_source import open_recording_source
@@ -40,7 +40,7 @@ def export_recording(
         raw["sbeSchema"] = sbe_schema
     if sbe_message:
         raw["sbeMessage"] = sbe_message
-    options = SourceOptions.parse(raw, False)
+    options = SourceOptions.parse(raw)
     decoder = payload_decoder(options)
     schema = row_schema(decoder)
     source = open_recording_source(options)
@@ -50,7 +50,7 @@ def export_recording(
             raise ArchiveError(f"unknown recording id: {recording_id} in {archive_dir}", ErrorCode.UNKNOWN_RECORDING)
         start, end = descriptor.start_position, source.safe_end(descriptor)
         ranges = plan_ranges(
-            [(RecordingFacts.of(descriptor), start, end, end)], MAX_BYTES_PER_PARTITION_DEFAULT, archive_dir, None
+            [(RecordingFacts.of(descriptor), start, end, end)], MAX_BYTES_PER_RANGE_DEFAULT, archive_dir, None
         )
         rows = 0
         with (

@@ -8,8 +8,8 @@ parse, an option the mode does not accept, or a contradictory combination raises
 
 A row (`OptionSpec`) gives the canonical camelCase name, a parser, a default, the modes that accept it and a
 one-line meaning. An `OptionTable` is an immutable set of rows; callers pass the table they parse against, so
-nothing here is global or filled in at import time: the read rows live in `archive.tables.options`, and the
-connector builds its one table of every option (reads and writes) from those rows and the sink's.
+nothing here is global or filled in at import time: the read rows every reader has live in `archive.tables.options`,
+and the connector builds its one table of every option from those rows, the Spark source's and the sink's.
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from aeron_archive_spark.archive.client.connection import ConnectionOptions
 from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts
 
+# How many bytes of a recording one range covers at most unless told otherwise: `export`'s ranges, and the default
+# of the Spark source's maxBytesPerPartition.
+MAX_BYTES_PER_RANGE_DEFAULT = 64 * 1024 * 1024
+
 
 def split_range(start: int, end: int, term_length: int, max_bytes: int) -> list[tuple[int, int]]:
     """Cut `[start, end)` at term boundaries into pieces of at most `max_bytes` (at least one whole term each)."""

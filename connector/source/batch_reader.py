@@ -9,9 +9,9 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
-from aeron_archive_spark.archive.tables.options import EARLIEST, LATEST
 from aeron_archive_spark.archive.tables.ranges import RecordingFacts
 from aeron_archive_spark.archive.tables.recording_source import RecordingSource, stopped_positions
+from aeron_archive_spark.connector.options import EARLIEST, LATEST
 from aeron_archive_spark.connector.source.partition import plan_partitions
 from aeron_archive_spark.connector.source.reader import ReaderBase
 
@@ -86,7 +86,9 @@ class AeronArchiveBatchReader(ReaderBase, DataSourceReader):
                 # The last message begun before `end` is read to completion, up to the available end.
                 ranges.append((RecordingFacts.of(descriptor), start, end, available))
             if not ranges:
-                log.warning("no recordings match %s in the %s", options.selection.describe(), source.describe())
+                log.warning(
+                    "no recordings match %s in the %s", options.recordings.selection.describe(), source.describe()
+                )
             archive_dir, connection = source.partition_location()
             partitions = plan_partitions(
                 ranges,
@@ -98,7 +100,7 @@ class AeronArchiveBatchReader(ReaderBase, DataSourceReader):
             )
             log.info(
                 "batch read of %s: %d recordings in %d partitions",
-                options.selection.describe(),
+                options.recordings.selection.describe(),
                 len(ranges),
                 len(partitions),
             )

@@ -17,7 +17,6 @@ from pyspark.sql.types import StructType
 
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
 from aeron_archive_spark.archive.tables.option_table import OptionError
-from aeron_archive_spark.archive.tables.options import SourceOptions
 from aeron_archive_spark.archive.tables.payload import PayloadDecoder, payload_decoder
 from aeron_archive_spark.archive.tables.ranges import ReadRange
 from aeron_archive_spark.archive.tables.read import current_descriptors, read_ranges
@@ -25,7 +24,7 @@ from aeron_archive_spark.archive.tables.recording_source import (
     RecordingSource,
     open_recording_source,
 )
-from aeron_archive_spark.connector.options import OPTIONS
+from aeron_archive_spark.connector.source.options import ReadOptions
 from aeron_archive_spark.connector.source.partition import AeronArchivePartition
 from aeron_archive_spark.connector.source.schema import arrow_schema, schema_for
 
@@ -38,7 +37,7 @@ class ReaderBase:
     _UNPICKLED: tuple[str, ...] = ("_source", "_decoder", "_decoder_built")
 
     def _setup(self, options: Mapping[str, str], schema: StructType, streaming: bool) -> None:
-        self.options = SourceOptions.parse(options, streaming, OPTIONS)
+        self.options = ReadOptions.parse(options, streaming)
         self._schema = schema
         self._source: RecordingSource | None = None
         self._decoder: PayloadDecoder | None = None
@@ -65,7 +64,7 @@ class ReaderBase:
 
     def _payload_decoder(self) -> PayloadDecoder | None:
         if not self._decoder_built:
-            self._decoder = payload_decoder(self.options)
+            self._decoder = payload_decoder(self.options.recordings)
             self._decoder_built = True
         return self._decoder
 
@@ -73,7 +72,7 @@ class ReaderBase:
     def source(self) -> RecordingSource:
         """The driver-side view of the recordings (opened lazily: constructors must stay cheap)."""
         if self._source is None:
-            self._source = open_recording_source(self.options)
+            self._source = open_recording_source(self.options.recordings)
         return self._source
 
     def _close_source(self) -> None:

@@ -13,10 +13,9 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
-from aeron_archive_spark.archive.tables.options import SourceOptions
 from aeron_archive_spark.archive.tables.payload import PayloadDecoder, payload_decoder
 from aeron_archive_spark.archive.tables.schema import row_schema
-from aeron_archive_spark.connector.options import OPTIONS
+from aeron_archive_spark.connector.source.options import ReadOptions
 
 
 def schema_for(decoder: PayloadDecoder | None) -> StructType:
@@ -29,7 +28,7 @@ FIXED_FIELDS = schema_for(None)
 
 def source_schema(options: Mapping[str, str]) -> StructType:
     """The schema `DataSource.schema()` reports; validates the options as a side effect (errors name them)."""
-    return schema_for(payload_decoder(SourceOptions.parse(options, None, OPTIONS)))
+    return schema_for(payload_decoder(ReadOptions.parse(options, None).recordings))
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:

@@ -86,7 +86,10 @@ class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTrigg
                 )
             self._initial = to_offset(positions)
             log.info(
-                "initial offset of %s in the %s: %s", options.selection.describe(), source.describe(), self._initial
+                "initial offset of %s in the %s: %s",
+                options.recordings.selection.describe(),
+                source.describe(),
+                self._initial,
             )
         return self._initial
 
@@ -105,7 +108,9 @@ class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTrigg
         source = self.source
         self._target = {rid: source.planning_end(d) for rid, d in sorted(source.list_selected().items())}
         log.info(
-            "Trigger.AvailableNow: reading %s up to %s", self.options.selection.describe(), to_offset(self._target)
+            "Trigger.AvailableNow: reading %s up to %s",
+            self.options.recordings.selection.describe(),
+            to_offset(self._target),
         )
 
     @property
@@ -122,7 +127,7 @@ class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTrigg
         source = self.source
         listed = self.listing.current(starts)
         self._descriptors = listed
-        explicit = self.options.selection.recording_ids
+        explicit = self.options.recordings.selection.recording_ids
         ids = set(listed) | set(starts)
         if explicit is not None:
             dropped = sorted(rid for rid in starts if rid not in explicit)
@@ -130,7 +135,7 @@ class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTrigg
                 log.warning(
                     "recording %d is in the checkpoint but not selected by %s; it is no longer read",
                     dropped[0],
-                    self.options.selection.describe(),
+                    self.options.recordings.selection.describe(),
                 )
             ids &= set(explicit)
         if self._target is not None:

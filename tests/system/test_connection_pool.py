@@ -389,7 +389,7 @@ def test_the_planner_and_its_replays_share_one_pooled_session(pool, harness):
     options = SourceOptions.parse({"aerondir": harness.aeron_dir, "controlchannel": harness.ctx.local_control_channel,
                                    "controlstreamid": str(harness.ctx.local_control_stream_id),
                                    "controlresponsechannel": "aeron:ipc", "replaychannel": "aeron:ipc",
-                                   "recordingid": str(descriptor.recording_id)}, None)
+                                   "recordingid": str(descriptor.recording_id)})
     source = open_recording_source(options, pool)
     try:
         assert list(source.selected()) == [descriptor.recording_id]

@@ -16,7 +16,7 @@ class FakeSource(RecordingSource):
     """A RecordingSource over a synthetic stream whose recorded end can be moved."""
 
     def __init__(self, stream: Stream, end: int | None = None) -> None:
-        super().__init__(SourceOptions.parse({"archiveDir": "/x", "recordingId": "5"}, None))
+        super().__init__(SourceOptions.parse({"archiveDir": "/x", "recordingId": "5"}))
         self.stream = stream
         self.end = stream.position if end is None else end
         self.reads = 0

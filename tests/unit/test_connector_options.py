@@ -13,20 +13,28 @@ from aeron_archive_spark.archive.tables.option_table import (
     parse_options,
     parse_string,
 )
-from aeron_archive_spark.archive.tables.options import EARLIEST, LATEST, RECORDING_OPTIONS, SourceOptions
-from aeron_archive_spark.connector.options import OPTIONS, options_table
+from aeron_archive_spark.archive.tables.options import RECORDING_OPTIONS, SourceOptions
+from aeron_archive_spark.connector.options import (
+    EARLIEST,
+    LATEST,
+    OPTIONS,
+    SINK_OPTIONS,
+    SOURCE_OPTIONS,
+    options_table,
+)
+from aeron_archive_spark.connector.source.options import ReadOptions
 
 BASE = {"archivedir": "/tmp/a", "recordingid": "3"}  # Spark lowercases keys
 
 
-def parse(streaming: bool | None = True, **extra: str) -> SourceOptions:
-    return SourceOptions.parse({**BASE, **{k.lower(): v for k, v in extra.items()}}, streaming, OPTIONS)
+def parse(streaming: bool | None = True, **extra: str) -> ReadOptions:
+    return ReadOptions.parse({**BASE, **{k.lower(): v for k, v in extra.items()}}, streaming)
 
 
 def test_defaults_and_types():
     o = parse()
-    assert o.archive_dir == "/tmp/a" and o.connection is None
-    assert o.selection.recording_ids == (3,)
+    assert o.recordings.archive_dir == "/tmp/a" and o.recordings.connection is None
+    assert o.recordings.selection.recording_ids == (3,)
     assert o.starting.kind == "earliest" and o.ending.kind == "latest"
     assert o.max_bytes_per_partition == 64 << 20 and o.fail_on_data_loss is True
     assert o.max_bytes_per_trigger is None and o.min_bytes_per_trigger is None and o.max_trigger_delay_ms == 900_000
@@ -37,7 +45,7 @@ def test_defaults_and_types():
 
 
 def test_running_archive_location_defaults():
-    o = SourceOptions.parse({"recordingids": "1, 2,7", "controlstreamid": "11"}, False)
+    o = SourceOptions.parse({"recordingids": "1, 2,7", "controlstreamid": "11"})
     assert o.archive_dir is None and o.selection.recording_ids == (1, 2, 7)
     c = o.connection
     assert isinstance(c, ConnectionOptions)
@@ -48,14 +56,14 @@ def test_running_archive_location_defaults():
 
 def test_an_archive_reached_over_ipc_replays_over_ipc_unless_told_otherwise():
     """IPC reaches only an archive on this process's media driver, so its replays can come over IPC too."""
-    c = SourceOptions.parse({"recordingid": "1", "controlchannel": "aeron:ipc"}, False).connection
+    c = SourceOptions.parse({"recordingid": "1", "controlchannel": "aeron:ipc"}).connection
     assert c.replay_channel == "aeron:ipc"
-    c = SourceOptions.parse({"recordingid": "1", "controlchannel": "aeron:ipc?term-length=64k"}, False).connection
+    c = SourceOptions.parse({"recordingid": "1", "controlchannel": "aeron:ipc?term-length=64k"}).connection
     assert c.replay_channel == "aeron:ipc"
     c = SourceOptions.parse({"recordingid": "1", "controlchannel": "aeron:ipc",
-                             "replaychannel": "aeron:udp?endpoint=localhost:0"}, False).connection
+                             "replaychannel": "aeron:udp?endpoint=localhost:0"}).connection
     assert c.replay_channel == "aeron:udp?endpoint=localhost:0"
-    c = SourceOptions.parse({"recordingid": "1", "controlchannel": "aeron:udp?endpoint=archive:8010"}, False).connection
+    c = SourceOptions.parse({"recordingid": "1", "controlchannel": "aeron:udp?endpoint=archive:8010"}).connection
     assert c.replay_channel == "aeron:udp?endpoint=localhost:0"
 
 
@@ -64,8 +72,8 @@ def test_position_specs():
     assert o.starting.for_recording(3) == 4096 and o.starting.for_recording(9) == EARLIEST
     o = parse(False, startingPosition="latest", endingPosition='{"3": -1}')
     assert o.starting.for_recording(3) == LATEST and o.ending.for_recording(3) == LATEST
-    o = SourceOptions.parse({"channel": "aeron:ipc", "streamid": "5", "startingposition": '{"8": 64}'}, True)
-    assert o.selection.channel == "aeron:ipc" and o.starting.for_recording(8) == 64
+    o = ReadOptions.parse({"channel": "aeron:ipc", "streamid": "5", "startingposition": '{"8": 64}'}, True)
+    assert o.recordings.selection.channel == "aeron:ipc" and o.starting.for_recording(8) == 64
 
 
 @pytest.mark.parametrize(("options", "message"), [
@@ -109,9 +117,9 @@ def test_batch_only_and_stream_only_options_are_rejected_in_the_other_mode():
 
 def test_channel_needs_a_stream_id_and_no_selection_is_an_error():
     with pytest.raises(OptionError, match="option channel needs streamId"):
-        SourceOptions.parse({"archivedir": "/a", "channel": "aeron:ipc"}, True)
+        SourceOptions.parse({"archivedir": "/a", "channel": "aeron:ipc"})
     with pytest.raises(OptionError, match="got none"):
-        SourceOptions.parse({"archivedir": "/a"}, True)
+        ReadOptions.parse({"archivedir": "/a"}, True)
 
 
 def test_spark_path_key_is_ignored_and_a_write_option_on_a_read_is_named_as_such():
@@ -120,7 +128,7 @@ def test_spark_path_key_is_ignored_and_a_write_option_on_a_read_is_named_as_such
         parse(publishTimeout="5s")
     # Without the sink's rows (the Spark-free tools), the same option is simply unknown.
     with pytest.raises(OptionError, match="unknown option 'publishtimeout'"):
-        SourceOptions.parse({**BASE, "publishtimeout": "5s"}, True)
+        SourceOptions.parse({**BASE, "publishtimeout": "5s"})
     names = [row[0] for row in options_table(Mode.READ)]
     assert "maxBytesPerTrigger" in names and "startingPosition" in names and "publishTimeout" not in names
     # The sink's file-based state options are gone from the table; given to a read (in any case) they are named
@@ -129,10 +137,10 @@ def test_spark_path_key_is_ignored_and_a_write_option_on_a_read_is_named_as_such
     with pytest.raises(OptionError, match="option sinkStateDir was removed: the sink keeps"):
         parse(sinkStateDir="/s")
     with pytest.raises(OptionError, match="option stagingLocation was removed"):
-        SourceOptions.parse({"channel": "aeron:ipc", "streamid": "1", "STAGINGLOCATION": "/x"}, False, OPTIONS)
+        ReadOptions.parse({"channel": "aeron:ipc", "streamid": "1", "STAGINGLOCATION": "/x"}, False)
     # The Spark-free tools' table never had them: unknown there.
     with pytest.raises(OptionError, match="unknown option 'sinkstatedir'"):
-        SourceOptions.parse({**BASE, "sinkstatedir": "/s"}, True)
+        SourceOptions.parse({**BASE, "sinkstatedir": "/s"})
 
 
 def test_removed_options_survive_extension_and_cannot_be_redefined():
@@ -158,5 +166,19 @@ def test_tables_are_immutable_and_extended_only_into_new_tables():
         OPTIONS._rows["x"] = OPTIONS["recordingId"]  # type: ignore[index]
     with pytest.raises(ValueError, match="option RecordingID is defined twice \\(already as recordingId\\)"):
         OptionTable([*RECORDING_OPTIONS, OptionSpec("RecordingID", parse_string, None, Mode.ANY, "dup")])
-    # The connector's table is exactly the read rows and the sink's, each once.
-    assert [s.name for s in OPTIONS][: len(RECORDING_OPTIONS)] == [s.name for s in RECORDING_OPTIONS]
+    # The connector's table is exactly the engine's read rows, the Spark source's and the sink's, each once.
+    assert [s.name for s in OPTIONS] == [s.name for table in (RECORDING_OPTIONS, SOURCE_OPTIONS, SINK_OPTIONS)
+                                         for s in table]
+
+
+def test_the_engine_table_holds_only_what_export_and_the_engine_read_and_spark_s_options_are_the_connector_s():
+    """Positions, admission control, partitions and data loss are Spark's: the Spark-free tools do not know them,
+    the data source accepts them (and suggests them for a typo)."""
+    spark_only = {"startingPosition", "endingPosition", "maxBytesPerTrigger", "minBytesPerTrigger",
+                  "maxTriggerDelay", "maxBytesPerPartition", "openCostInBytes", "failOnDataLoss"}
+    assert {s.name for s in SOURCE_OPTIONS} == spark_only
+    assert not spark_only & {s.name for s in RECORDING_OPTIONS}
+    with pytest.raises(OptionError, match="unknown option 'maxbytespertrigger'"):
+        SourceOptions.parse({**BASE, "maxbytespertrigger": "1m"})
+    with pytest.raises(OptionError, match="did you mean maxBytesPerTrigger\\?.*known options: .*failOnDataLoss"):
+        parse(True, maxBytesPerTriger="1m")

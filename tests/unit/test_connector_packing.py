@@ -282,8 +282,8 @@ def test_small_ranges_decoded_together_give_the_same_table_as_each_range_alone(m
 
 
 def test_open_cost_defaults_to_the_cost_of_the_path_and_can_be_set():
-    from aeron_archive_spark.archive.tables.options import SourceOptions
+    from aeron_archive_spark.connector.source.options import ReadOptions
 
-    assert SourceOptions.parse({"archiveDir": "/x", "recordingId": "1"}, False).open_cost_in_bytes == 128 * 1024
-    assert SourceOptions.parse({"recordingId": "1"}, True).open_cost_in_bytes == 256 * 1024
-    assert SourceOptions.parse({"recordingId": "1", "openCostInBytes": "1k"}, False).open_cost_in_bytes == 1024
+    assert ReadOptions.parse({"archiveDir": "/x", "recordingId": "1"}, False).open_cost_in_bytes == 128 * 1024
+    assert ReadOptions.parse({"recordingId": "1"}, True).open_cost_in_bytes == 256 * 1024
+    assert ReadOptions.parse({"recordingId": "1", "openCostInBytes": "1k"}, False).open_cost_in_bytes == 1024

@@ -52,15 +52,15 @@ def test_sessions_of_different_secrets_have_different_keys_that_do_not_hold_the_
 def test_archive_secret_option_reaches_the_connection_options_and_spark_redacts_its_name() -> None:
     spec = RECORDING_OPTIONS["archiveSecret"]
     assert re.search(SPARK_REDACTION_REGEX, spec.name)
-    parsed = SourceOptions.parse({"recordingid": "1", "archivesecret": SECRET}, False)
+    parsed = SourceOptions.parse({"recordingid": "1", "archivesecret": SECRET})
     assert parsed.connection is not None and parsed.connection.credentials == SECRET
     assert SECRET not in repr(parsed)
-    assert SourceOptions.parse({"recordingid": "1"}, False).connection.credentials is None  # type: ignore[union-attr]
+    assert SourceOptions.parse({"recordingid": "1"}).connection.credentials is None  # type: ignore[union-attr]
 
 
 def test_an_empty_archive_secret_is_an_error_that_names_the_option() -> None:
     with pytest.raises(OptionError, match="option archiveSecret: the secret is empty"):
-        SourceOptions.parse({"recordingid": "1", "archivesecret": ""}, False)
+        SourceOptions.parse({"recordingid": "1", "archivesecret": ""})
 
 
 # -- serve's --secret-file / --secret-env -----------------------------------------------------------------------

@@ -42,7 +42,7 @@ class FakeSource:
     def __init__(self, clock: Clock, named: list[int] | None = None, listing_seconds: float = 0.01) -> None:
         selection = {"recordingIds": ",".join(map(str, named))} if named else {"channel": "aeron:ipc",
                                                                               "streamId": "1001"}
-        self.options = SourceOptions.parse({"archiveDir": "/x", **selection}, True)
+        self.options = SourceOptions.parse({"archiveDir": "/x", **selection})
         self.clock = clock
         self.listing_seconds = listing_seconds
         self.recordings: dict[int, RecordingDescriptor] = {}

@@ -1,0 +1,85 @@
+"""The Spark source's typed view of the `format("aeron-archive")` options, parsed from the connector's one table.
+
+What every read of recordings needs (where they are, which, how to decode them) is the engine's `SourceOptions`, which
+the offline tools parse too; the rows only a Spark read has (`connector.options.SOURCE_OPTIONS`: positions,
+admission control, partitions, data loss) make up the rest of `ReadOptions`. Readers travel to executors pickled, so
+the result is frozen and picklable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from aeron_archive_spark.archive.tables.option_table import Mode, OptionError, parse_options
+from aeron_archive_spark.archive.tables.options import RecordingSelection, SourceOptions
+from aeron_archive_spark.connector.options import (
+    MAX_TRIGGER_DELAY_MS_DEFAULT,
+    OPEN_COST_IN_BYTES_ARCHIVE_DIR_DEFAULT,
+    OPEN_COST_IN_BYTES_DEFAULT,
+    OPTIONS,
+    PositionSpec,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """The validated, typed options of a Spark read (batch or streaming)."""
+
+    recordings: SourceOptions  # where, which, how to decode: what the engine's planner and reads take
+    starting: PositionSpec
+    ending: PositionSpec
+    max_bytes_per_trigger: int | None
+    min_bytes_per_trigger: int | None
+    max_trigger_delay_ms: int
+    max_bytes_per_partition: int
+    open_cost_in_bytes: int
+    fail_on_data_loss: bool
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, str], streaming: bool | None) -> ReadOptions:
+        """Parse for a batch read (False), a streaming read (True), or either (None: `schema()`), against every
+        option of the data source (so a write option given to a read is reported as such)."""
+        mode = Mode.READ if streaming is None else Mode.STREAM_READ if streaming else Mode.BATCH_READ
+        parsed = parse_options(raw, mode, OPTIONS)
+        recordings = SourceOptions.from_parsed(parsed)
+
+        if parsed.is_set("startingPosition") and parsed["startingPosition"].kind == "json":
+            _check_json_ids("startingPosition", parsed["startingPosition"], recordings.selection)
+        ending = parsed.get("endingPosition", PositionSpec("latest"))
+        if ending.kind == "json":
+            _check_json_ids("endingPosition", ending, recordings.selection)
+
+        max_bytes = parsed.get("maxBytesPerTrigger")
+        min_bytes = parsed.get("minBytesPerTrigger")
+        if max_bytes is not None and min_bytes is not None and min_bytes > max_bytes:
+            raise OptionError(f"option minBytesPerTrigger ({min_bytes}) exceeds maxBytesPerTrigger ({max_bytes})")
+        if parsed.is_set("maxTriggerDelay") and min_bytes is None:
+            raise OptionError("option maxTriggerDelay only applies together with minBytesPerTrigger")
+        return cls(
+            recordings=recordings,
+            starting=parsed["startingPosition"],
+            ending=ending,
+            max_bytes_per_trigger=max_bytes,
+            min_bytes_per_trigger=min_bytes,
+            max_trigger_delay_ms=parsed.get("maxTriggerDelay", MAX_TRIGGER_DELAY_MS_DEFAULT),
+            max_bytes_per_partition=parsed["maxBytesPerPartition"],
+            open_cost_in_bytes=(
+                parsed["openCostInBytes"]
+                if parsed.is_set("openCostInBytes")
+                else OPEN_COST_IN_BYTES_DEFAULT
+                if recordings.archive_dir is None
+                else OPEN_COST_IN_BYTES_ARCHIVE_DIR_DEFAULT
+            ),
+            fail_on_data_loss=parsed["failOnDataLoss"],
+        )
+
+
+def _check_json_ids(name: str, spec: PositionSpec, selection: RecordingSelection) -> None:
+    if selection.recording_ids is None:
+        return
+    extra = sorted(set(spec.positions) - set(selection.recording_ids))
+    if extra:
+        raise OptionError(
+            f"option {name} names recording {extra[0]}, which is not among the selected {selection.describe()}"
+        )
