@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from interop.javaenv import JavaResult  # what a bounded Java run gave, for both Java versions
+
 ROOT = Path(__file__).resolve().parents[2]
 JAVA_SRC = Path(__file__).resolve().parent / "java153"
 CACHE = ROOT / ".venv" / "java153"
@@ -38,19 +40,6 @@ HOME_VARIABLE = "JAVA_AERON_HOME"
 
 class Java153Unavailable(Exception):
     """Java Aeron 1.53 cannot be run here; the message says why."""
-
-
-@dataclass(frozen=True)
-class JavaResult:
-    stdout: str
-    stderr: str
-    returncode: int
-
-    def json(self) -> Any:
-        lines = [line for line in self.stdout.splitlines() if line.startswith("{")]
-        if not lines:
-            raise AssertionError(f"no JSON on stdout:\n{self.stdout[-4000:]}\n--- stderr ---\n{self.stderr[-4000:]}")
-        return json.loads(lines[-1])
 
 
 _lock = threading.Lock()
