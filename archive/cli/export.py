@@ -30,7 +30,7 @@ def export_recording(
     from aeron_archive_spark.archive.tables.options import SourceOptions
     from aeron_archive_spark.archive.tables.payload import payload_decoder
     from aeron_archive_spark.archive.tables.planning import MAX_BYTES_PER_RANGE_DEFAULT, plan_ranges
-    from aeron_archive_spark.archive.tables.ranges import RecordingFacts
+    from aeron_archive_spark.archive.tables.ranges import RecordingFacts, SegmentFiles
     from aeron_archive_spark.archive.tables.read import read_batches
     from aeron_archive_spark.archive.tables.recording_source import open_recording_source
     from aeron_archive_spark.archive.tables.schema import row_schema
@@ -50,7 +50,7 @@ def export_recording(
             raise ArchiveError(f"unknown recording id: {recording_id} in {archive_dir}", ErrorCode.UNKNOWN_RECORDING)
         start, end = descriptor.start_position, source.safe_end(descriptor)
         ranges = plan_ranges(
-            [(RecordingFacts.of(descriptor), start, end, end)], MAX_BYTES_PER_RANGE_DEFAULT, archive_dir, None
+            [(RecordingFacts.of(descriptor), start, end, end)], MAX_BYTES_PER_RANGE_DEFAULT, SegmentFiles(archive_dir)
         )
         rows = 0
         with (

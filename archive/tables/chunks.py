@@ -1,8 +1,9 @@
 """Where a read range's bytes come from: the `ChunkSource` protocol and the disk implementation.
 
-Two implementations yield the same bytes: `DiskChunkSource` (here) reads segment files (`archiveDir`), and
-`archive.tables.replay_chunks.ReplayChunkSource` runs a bounded replay `[range.start, range.limit)` through the
-running archive named by `range.connection` (no shared disk); `archive.tables.read.open_chunk_source` chooses.
+Two implementations yield the same bytes, one for each kind of `range.location`: `DiskChunkSource` (here) reads
+`SegmentFiles` (`archiveDir`), and `archive.tables.replay_chunks.ReplayChunkSource` runs a bounded replay
+`[range.start, range.limit)` through a `RunningArchive` (no shared disk); `archive.tables.read.open_chunk_source`
+chooses.
 The message decoder (`aeron_archive_spark.archive.tables.decode`) sees only chunks, so both paths give identical rows.
 """
 
@@ -24,7 +25,7 @@ from aeron_archive_spark.archive.storage.frames import (
     scan_frames,
 )
 from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
-from aeron_archive_spark.archive.tables.ranges import ReadRange
+from aeron_archive_spark.archive.tables.ranges import ReadRange, SegmentFiles
 
 log = logging.getLogger(__name__)
 
@@ -78,15 +79,19 @@ class DiskChunkSource:
 
     def iter_scanned_chunks(self, partition: ReadRange) -> Iterator[tuple[memoryview, int, FrameScan]]:
         """`(chunk, position, scan)`: `scan` walks exactly `chunk` with `stop_at_padding=False`."""
-        if partition.archive_dir is None:
-            raise ValueError(f"partition {partition.index} of recording {partition.recording_id} has no archiveDir")
+        location = partition.location
+        if not isinstance(location, SegmentFiles):
+            raise ValueError(
+                f"partition {partition.index} of recording {partition.recording_id} reads {location.describe()}, "
+                "not segment files"
+            )
         facts = partition.recording
         term_length = facts.term_length
         position = partition.start
         limit = partition.limit
         small = limit - position <= _SMALL_READ
         reader = RecordingReader(
-            partition.archive_dir,
+            location.archive_dir,
             facts.recording_id,
             facts.start_position,
             term_length,
@@ -119,7 +124,7 @@ class DiskChunkSource:
                     raise ArchiveError(
                         f"recording {facts.recording_id}: no complete frame at position "
                         f"{position + scan.stop_offset} (reading [{partition.start}, {limit}) from "
-                        f"{partition.archive_dir}); the recording may have been truncated or its segment files "
+                        f"{location.archive_dir}); the recording may have been truncated or its segment files "
                         "damaged"
                     )
                 del view, scan

@@ -43,6 +43,7 @@ from aeron_archive_spark.archive.tables.option_table import (
     parse_options,
     parse_string,
 )
+from aeron_archive_spark.archive.tables.ranges import ReadLocation, RunningArchive, SegmentFiles
 
 
 def _parse_secret(name: str, raw: str) -> str:
@@ -219,8 +220,7 @@ class RecordingSelection:
 class SourceOptions:
     """The validated, typed options every read of recordings needs: where they are, which, how to decode them."""
 
-    archive_dir: str | None
-    connection: ConnectionOptions | None
+    location: ReadLocation  # archiveDir's segment files, or the running archive the connection options name
     aeron_dir: str | None
     selection: RecordingSelection
     sbe_schema: str | None  # the schema's XML text (see archive.tables.sbe.columns.schema_text)
@@ -248,9 +248,11 @@ class SourceOptions:
                 "option archiveSecret has no use with archiveDir: segment files are read directly, without an "
                 "archive connection to authenticate; remove archiveSecret, or archiveDir to read through the archive"
             )
-        if archive_dir is not None:
-            archive_dir = os.path.abspath(os.path.expanduser(archive_dir))
-        connection = None if archive_dir is not None else connection_from_parsed(parsed)
+        location: ReadLocation = (
+            SegmentFiles(os.path.abspath(os.path.expanduser(archive_dir)))
+            if archive_dir is not None
+            else RunningArchive(connection_from_parsed(parsed))
+        )
 
         selection = _selection(parsed)
         sbe_schema = parsed.get("sbeSchema")
@@ -265,8 +267,7 @@ class SourceOptions:
 
             sbe_schema = schema_text(sbe_schema)
         return cls(
-            archive_dir=archive_dir,
-            connection=connection,
+            location=location,
             aeron_dir=parsed.get("aeronDir"),
             selection=selection,
             # The XML text, read here on the driver: it travels with the plan, executors need no copy of the file.
@@ -276,10 +277,9 @@ class SourceOptions:
         )
 
     def describe_location(self) -> str:
-        if self.archive_dir is not None:
-            return f"archiveDir={self.archive_dir}"
-        assert self.connection is not None
-        return self.connection.describe()
+        if isinstance(self.location, SegmentFiles):
+            return f"archiveDir={self.location.archive_dir}"
+        return self.location.connection.describe()
 
 
 def _selection(parsed: ParsedOptions) -> RecordingSelection:

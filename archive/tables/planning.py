@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from aeron_archive_spark.archive.client.connection import ConnectionOptions
-from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts
+from aeron_archive_spark.archive.tables.ranges import ReadLocation, ReadRange, RecordingFacts
 
 # How many bytes of a recording one range covers at most unless told otherwise: `export`'s ranges, and the default
 # of the Spark source's maxBytesPerPartition.
@@ -40,8 +39,7 @@ def split_range(start: int, end: int, term_length: int, max_bytes: int) -> list[
 def plan_ranges(
     ranges: Iterable[tuple[RecordingFacts, int, int, int]],
     max_bytes_per_range: int,
-    archive_dir: str | None,
-    connection: ConnectionOptions | None,
+    location: ReadLocation,
     stops: Mapping[int, int] | None = None,
 ) -> list[ReadRange]:
     """ReadRanges for `(facts, start, end, limit)` ranges, in recording id then position order, indexed from 0.
@@ -54,9 +52,7 @@ def plan_ranges(
     for facts, start, end, limit in ranges:
         ends_at_stop = stopped.get(facts.recording_id) == limit
         for piece_start, piece_end in split_range(start, end, facts.term_length, max_bytes_per_range):
-            planned.append(
-                ReadRange(len(planned), facts, piece_start, piece_end, limit, archive_dir, connection, ends_at_stop)
-            )
+            planned.append(ReadRange(len(planned), facts, piece_start, piece_end, limit, location, ends_at_stop))
     return planned
 
 

@@ -46,14 +46,40 @@ class RecordingFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class SegmentFiles:
+    """Recordings read straight from an archive directory's segment files (`archiveDir`): no server needed."""
+
+    archive_dir: str
+
+    def describe(self) -> str:
+        return f"archive directory {self.archive_dir} (archiveDir)"
+
+
+@dataclass(frozen=True, slots=True)
+class RunningArchive:
+    """Recordings replayed through a running archive's control protocol: executors need no shared disk."""
+
+    connection: ConnectionOptions
+
+    def describe(self) -> str:
+        c = self.connection
+        return f"archive at controlChannel={c.control_channel} controlStreamId={c.control_stream_id}"
+
+
+# Where a read finds its recordings: one of the two, never both (`archive.tables.read` maps each to its chunk
+# source and to where its current descriptors come from).
+ReadLocation = SegmentFiles | RunningArchive
+
+
+@dataclass(frozen=True, slots=True)
 class ReadRange:
     """Messages of one recording that BEGIN in `[start, end)`.
 
     Reading starts at `start` (the batch's start offset, a message boundary, or a term boundary inside the range,
     which may fall inside a fragmented message: leading continuation fragments are skipped) and runs past `end`
     only to finish the last message begun before `end`; it never reaches `limit` (the batch's end offset for the
-    recording, a message boundary, or the stop position of a stopped recording). Exactly one of `archive_dir` /
-    `connection` is set.
+    recording, a message boundary, or the stop position of a stopped recording). `location` says where the
+    recording is read from.
 
     `ends_at_stop`: `limit` is the stop position of a recording that was stopped when the range was planned. A
     stop is always a frame boundary, but a message may still be open there (a fragmented message cut short by a
@@ -67,8 +93,7 @@ class ReadRange:
     start: int
     end: int
     limit: int
-    archive_dir: str | None
-    connection: ConnectionOptions | None
+    location: ReadLocation
     ends_at_stop: bool = False
 
     @property
@@ -92,7 +117,7 @@ class ReadRange:
         if (start, end, limit) == (self.start, self.end, self.limit):
             return self
         ends_at_stop = self.ends_at_stop or limit == stop_position
-        return ReadRange(self.index, self.recording, start, end, limit, self.archive_dir, self.connection, ends_at_stop)
+        return ReadRange(self.index, self.recording, start, end, limit, self.location, ends_at_stop)
 
     @property
     def size(self) -> int:

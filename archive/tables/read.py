@@ -16,22 +16,21 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
-from aeron_archive_spark.archive.client.connection import ConnectionOptions
 from aeron_archive_spark.archive.client.pool import ConnectionPool, connection_pool
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
 from aeron_archive_spark.archive.storage.catalog import Catalog
 from aeron_archive_spark.archive.tables.chunks import ChunkSource, DiskChunkSource
 from aeron_archive_spark.archive.tables.decode import MIN_BATCH_BYTES, DecodedRows, RangeDecoder, merge_decoded
 from aeron_archive_spark.archive.tables.payload import PayloadDecoder
-from aeron_archive_spark.archive.tables.ranges import ReadRange
+from aeron_archive_spark.archive.tables.ranges import ReadLocation, ReadRange, SegmentFiles
 from aeron_archive_spark.archive.tables.replay_chunks import ReplayChunkSource
 
 log = logging.getLogger(__name__)
 
 
 def open_chunk_source(read_range: ReadRange) -> ChunkSource:
-    """The disk reader for `archiveDir`, else a bounded replay through the running archive."""
-    if read_range.archive_dir is not None:
+    """Where the range's location is read from: segment files directly, or bounded replays through the archive."""
+    if isinstance(read_range.location, SegmentFiles):
         return DiskChunkSource()
     return ReplayChunkSource()
 
@@ -108,15 +107,15 @@ def read_ranges(
     are asked for ahead (`archive.tables.replay_read_ahead`).
     """
     ranges = list(ranges)
-    sources: dict[bool, ChunkSource] = {}
+    sources: dict[type[ReadLocation], ChunkSource] = {}
     held: list[pa.RecordBatch | DecodedRows] = []
     held_bytes = 0
     try:
         for read_range in ranges:
-            on_disk = read_range.archive_dir is not None
-            source = sources.get(on_disk)
+            kind = type(read_range.location)
+            source = sources.get(kind)
             if source is None:
-                source = sources[on_disk] = open_chunk_source(read_range)
+                source = sources[kind] = open_chunk_source(read_range)
                 if isinstance(source, ReplayChunkSource) and len(ranges) > 1:
                     source.read_ahead(ranges)
             # Small ranges' few messages come as `DecodedRows`: built into Arrow once per merged batch.
@@ -160,28 +159,19 @@ def current_descriptors(
     """`current_descriptor` of each range's recording, by id: one catalog opening per archive directory, one
     leased session per archive, however many ranges."""
     found: dict[int, RecordingDescriptor | None] = {}
-    by_dir: dict[str, list[int]] = {}
-    remote: list[ReadRange] = []
+    by_location: dict[ReadLocation, list[int]] = {}
     for read_range in ranges:
-        if read_range.archive_dir is not None:
-            by_dir.setdefault(read_range.archive_dir, []).append(read_range.recording_id)
-        else:
-            remote.append(read_range)
-    for archive_dir, ids in by_dir.items():
-        with Catalog(archive_dir, writable=False) as catalog:
+        by_location.setdefault(read_range.location, []).append(read_range.recording_id)
+    for location, ids in by_location.items():
+        if isinstance(location, SegmentFiles):
+            with Catalog(location.archive_dir, writable=False) as catalog:
+                for rid in ids:
+                    if rid not in found:
+                        found[rid] = catalog.find(rid)
+            continue
+        pool = pool if pool is not None else connection_pool()
+        with pool.archive(location.connection, purpose="replay") as archive:
             for rid in ids:
                 if rid not in found:
-                    found[rid] = catalog.find(rid)
-    if remote:
-        pool = pool if pool is not None else connection_pool()
-        by_connection: dict[ConnectionOptions | None, list[ReadRange]] = {}
-        for read_range in remote:
-            by_connection.setdefault(read_range.connection, []).append(read_range)
-        for connection_ranges in by_connection.values():
-            connection = connection_ranges[0].connection
-            assert connection is not None
-            with pool.archive(connection, purpose="replay") as archive:
-                for read_range in connection_ranges:
-                    if read_range.recording_id not in found:
-                        found[read_range.recording_id] = archive.list_recording(read_range.recording_id)
+                    found[rid] = archive.list_recording(rid)
     return found

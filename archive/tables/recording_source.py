@@ -39,7 +39,7 @@ import numpy as np
 
 from aeron_archive_spark.archive import recording_pos
 from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
-from aeron_archive_spark.archive.client.connection import ConnectionOptions, default_aeron_dir
+from aeron_archive_spark.archive.client.connection import default_aeron_dir
 from aeron_archive_spark.archive.client.host import requires_host_driver
 from aeron_archive_spark.archive.client.pool import ConnectionPool, NoMediaDriverError, connection_pool
 from aeron_archive_spark.archive.constants import (
@@ -62,7 +62,13 @@ from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
 from aeron_archive_spark.archive.tables.chunks import ChunkSource, DiskChunkSource
 from aeron_archive_spark.archive.tables.option_table import OptionError
 from aeron_archive_spark.archive.tables.options import SourceOptions
-from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts
+from aeron_archive_spark.archive.tables.ranges import (
+    ReadLocation,
+    ReadRange,
+    RecordingFacts,
+    RunningArchive,
+    SegmentFiles,
+)
 from aeron_archive_spark.archive.tables.replay_chunks import ReplayChunkSource
 
 log = logging.getLogger(__name__)
@@ -117,8 +123,8 @@ class RecordingSource(ABC):
         """The reader used for boundary scans on the driver (the same kind executors use)."""
 
     @abstractmethod
-    def partition_location(self) -> tuple[str | None, ConnectionOptions | None]:
-        """(archive_dir, connection) for partitions."""
+    def location(self) -> ReadLocation:
+        """Where the ranges planned from this source read their recordings."""
 
     def close(self) -> None:  # noqa: B027 - optional: most sources hold nothing that needs releasing
         """Release what the source holds (connections and clients belong to the pool, not to sources)."""
@@ -168,8 +174,7 @@ class RecordingSource(ABC):
         return self.safe_end(descriptor, known_boundary)
 
     def _partition(self, descriptor: RecordingDescriptor, start: int, end: int, limit: int) -> ReadRange:
-        archive_dir, connection = self.partition_location()
-        return ReadRange(-1, RecordingFacts.of(descriptor), start, end, limit, archive_dir, connection)
+        return ReadRange(-1, RecordingFacts.of(descriptor), start, end, limit, self.location())
 
     def _chunks(self, descriptor: RecordingDescriptor, start: int, limit: int) -> Iterator[tuple[memoryview, int]]:
         return self.chunk_source().iter_chunks(self._partition(descriptor, start, limit, limit))
@@ -354,8 +359,8 @@ class DiskRecordingSource(RecordingSource):
 
     def __init__(self, options: SourceOptions, pool: ConnectionPool | None = None) -> None:
         super().__init__(options)
-        assert options.archive_dir is not None
-        self.archive_dir = options.archive_dir
+        assert isinstance(options.location, SegmentFiles)
+        self.archive_dir = options.location.archive_dir
         if not os.path.isfile(os.path.join(self.archive_dir, CATALOG_FILE_NAME)):
             raise OptionError(f"option archiveDir: no {CATALOG_FILE_NAME} in {self.archive_dir}")
         self._counters = _Counters(
@@ -452,8 +457,8 @@ class DiskRecordingSource(RecordingSource):
     def chunk_source(self) -> ChunkSource:
         return self._chunk_source
 
-    def partition_location(self) -> tuple[str | None, ConnectionOptions | None]:
-        return self.archive_dir, None
+    def location(self) -> ReadLocation:
+        return SegmentFiles(self.archive_dir)
 
     def close(self) -> None:
         self._counters.close()
@@ -464,8 +469,8 @@ class RemoteRecordingSource(RecordingSource):
 
     def __init__(self, options: SourceOptions, pool: ConnectionPool | None = None) -> None:
         super().__init__(options)
-        assert options.connection is not None
-        self.connection = options.connection
+        assert isinstance(options.location, RunningArchive)
+        self.connection = options.location.connection
         self.pool = pool if pool is not None else connection_pool()
         self._chunk_source: ChunkSource | None = None
         self._counters: _Counters | None = None
@@ -557,8 +562,8 @@ class RemoteRecordingSource(RecordingSource):
             self._chunk_source = ReplayChunkSource(pool=self.pool)
         return self._chunk_source
 
-    def partition_location(self) -> tuple[str | None, ConnectionOptions | None]:
-        return None, self.connection
+    def location(self) -> ReadLocation:
+        return RunningArchive(self.connection)
 
     def close(self) -> None:
         """Nothing to release but cached counter ids: sessions and clients are the pool's."""
@@ -569,6 +574,6 @@ class RemoteRecordingSource(RecordingSource):
 
 def open_recording_source(options: SourceOptions, pool: ConnectionPool | None = None) -> RecordingSource:
     """The source for `archiveDir`, else for the running archive; `pool` defaults to `connection_pool()`."""
-    if options.archive_dir is not None:
+    if isinstance(options.location, SegmentFiles):
         return DiskRecordingSource(options, pool)
     return RemoteRecordingSource(options, pool)

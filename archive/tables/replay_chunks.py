@@ -74,6 +74,7 @@ from aeron_archive_spark.archive.storage.frames import (
     to_int32,
 )
 from aeron_archive_spark.archive.tables.chunks import CHUNK_LENGTH
+from aeron_archive_spark.archive.tables.ranges import RunningArchive
 from aeron_archive_spark.archive.tables.replay_read_ahead import (
     ReplayReadAhead,
     first_replay_limit,
@@ -148,12 +149,13 @@ class ReplayChunkSource:
     def iter_scanned_chunks(self, partition: ReadRange) -> Iterator[tuple[memoryview, int, FrameScan]]:
         """`(chunk, position, scan)`: `scan` walks exactly `chunk` with `stop_at_padding=False` (the walk that puts
         the recording's session and stream ids back, handed on so the decoder need not walk the chunk again)."""
-        connection = partition.connection
-        if connection is None:
+        location = partition.location
+        if not isinstance(location, RunningArchive):
             raise ValueError(
-                f"partition {partition.index} of recording {partition.recording_id} has no archive "
-                "connection options (it reads archiveDir)"
+                f"partition {partition.index} of recording {partition.recording_id} reads {location.describe()}, "
+                "not a running archive"
             )
+        connection = location.connection
         if partition.start >= partition.limit:
             return
         pool = self._pool if self._pool is not None else connection_pool()

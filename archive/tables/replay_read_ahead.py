@@ -56,6 +56,7 @@ from aeron_archive_spark.archive.client.pool import ArchiveLease, ConnectionPool
 from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
 from aeron_archive_spark.archive.native import NativeAeronError
 from aeron_archive_spark.archive.storage.frames import to_int32
+from aeron_archive_spark.archive.tables.ranges import RunningArchive
 
 if TYPE_CHECKING:
     from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
@@ -130,9 +131,9 @@ class ReplayReadAhead:
     ) -> None:
         """`ranges`: the partition's ranges in reading order; those not read ahead are left to the caller."""
         self._pending: deque[ReadRange] = deque(r for r in ranges if self.covers(r))
-        first = self._pending[0].connection if self._pending else None
-        self._pending = deque(r for r in self._pending if r.connection == first)
-        self.connection: ConnectionOptions | None = first
+        first = self._pending[0].location if self._pending else None
+        self._pending = deque(r for r in self._pending if r.location == first)
+        self.connection: ConnectionOptions | None = first.connection if isinstance(first, RunningArchive) else None
         self._held = {id(r) for r in self._pending}  # ranges not yet handed out (by identity: ranges may be equal)
         self._pool = pool
         self._max_replays = max(1, max_replays)
@@ -153,8 +154,7 @@ class ReplayReadAhead:
     @staticmethod
     def covers(partition: ReadRange) -> bool:
         """Whether this range is one to read ahead: read through an archive, and small."""
-        connection = partition.connection
-        if connection is None or partition.start >= partition.limit:
+        if not isinstance(partition.location, RunningArchive) or partition.start >= partition.limit:
             return False
         return first_replay_limit(partition) - partition.start <= READ_AHEAD_MAX_BYTES
 

@@ -35,7 +35,7 @@ import pyarrow as pa
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
 from aeron_archive_spark.archive.exceptions import ArchiveDisconnectedError, ArchiveError, ArchiveTimeoutError
 from aeron_archive_spark.archive.storage import frames
-from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts
+from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts, RunningArchive
 from aeron_archive_spark.archive.tables.read import read_batches
 from aeron_archive_spark.archive.tables.schema import row_schema
 from aeron_archive_spark.connector.sink import faults
@@ -293,7 +293,13 @@ def _find_resume(
             )
     stop = descriptor.stop_position
     read_range = ReadRange(
-        0, RecordingFacts.of(descriptor), pending.start_position, stop, stop, None, ops.options.connection, True
+        0,
+        RecordingFacts.of(descriptor),
+        pending.start_position,
+        stop,
+        stop,
+        RunningArchive(ops.options.connection),
+        True,
     )
     try:
         batch_values = pa.concat_arrays(values) if values else pa.array([], pa.binary())

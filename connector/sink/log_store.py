@@ -21,7 +21,7 @@ from typing import Any
 from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
 from aeron_archive_spark.archive.client.connection import ConnectionOptions
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
-from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts
+from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts, RunningArchive
 from aeron_archive_spark.archive.tables.read import read_batches
 from aeron_archive_spark.archive.tables.schema import row_schema
 from aeron_archive_spark.connector.sink.batch_map import BatchEntry
@@ -69,7 +69,7 @@ def read_records(
     """The records of a log recording in `[start, stop)`, replayed from the archive (no shared disk needed)."""
     if stop <= start:
         return
-    read_range = ReadRange(0, RecordingFacts.of(descriptor), start, stop, stop, None, connection)
+    read_range = ReadRange(0, RecordingFacts.of(descriptor), start, stop, stop, RunningArchive(connection))
     where = f"sink log recording {descriptor.recording_id}"
     for batch in read_batches(read_range, row_schema(None), None):
         for value in batch.column("value").to_pylist():

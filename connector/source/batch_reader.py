@@ -89,13 +89,11 @@ class AeronArchiveBatchReader(ReaderBase, DataSourceReader):
                 log.warning(
                     "no recordings match %s in the %s", options.recordings.selection.describe(), source.describe()
                 )
-            archive_dir, connection = source.partition_location()
             partitions = plan_partitions(
                 ranges,
                 options.max_bytes_per_partition,
                 options.open_cost_in_bytes,
-                archive_dir,
-                connection,
+                source.location(),
                 stopped_positions(selected.values()),
             )
             log.info(

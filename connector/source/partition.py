@@ -13,9 +13,8 @@ from collections.abc import Iterable, Mapping
 
 from pyspark.sql.datasource import InputPartition
 
-from aeron_archive_spark.archive.client.connection import ConnectionOptions
 from aeron_archive_spark.archive.tables.planning import pack_ranges, plan_ranges
-from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts
+from aeron_archive_spark.archive.tables.ranges import ReadLocation, ReadRange, RecordingFacts
 
 
 class AeronArchivePartition(InputPartition):
@@ -58,14 +57,13 @@ def plan_partitions(
     ranges: Iterable[tuple[RecordingFacts, int, int, int]],
     max_bytes_per_partition: int,
     open_cost_in_bytes: int,
-    archive_dir: str | None,
-    connection: ConnectionOptions | None,
+    location: ReadLocation,
     stops: Mapping[int, int] | None = None,
 ) -> list[AeronArchivePartition]:
     """Partitions for `(facts, start, end, limit)` ranges: each cut at term boundaries into pieces of at most
     `max_bytes_per_partition`, then small pieces packed together up to that size, each weighing its bytes plus
     `open_cost_in_bytes`. `stops`: see `plan_ranges`."""
-    planned = plan_ranges(ranges, max_bytes_per_partition, archive_dir, connection, stops)
+    planned = plan_ranges(ranges, max_bytes_per_partition, location, stops)
     return [
         AeronArchivePartition(packed) for packed in pack_ranges(planned, max_bytes_per_partition, open_cost_in_bytes)
     ]

@@ -286,13 +286,11 @@ class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTrigg
                 stop = self._surviving_end(descriptor, begin, stop, replayed)
             if stop > begin:
                 ranges.append((RecordingFacts.of(descriptor), begin, stop, stop))
-        archive_dir, connection = self.source.partition_location()
         partitions = plan_partitions(
             ranges,
             self.options.max_bytes_per_partition,
             self.options.open_cost_in_bytes,
-            archive_dir,
-            connection,
+            self.source.location(),
             stopped_positions(descriptors.values()),
         )
         log.debug("micro-batch %s -> %s: %d partitions", start, end, len(partitions))

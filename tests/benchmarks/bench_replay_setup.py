@@ -38,7 +38,7 @@ from aeron_archive_spark.archive.channel import add_session_id
 from aeron_archive_spark.archive.client.connection import REPLAY_CHANNEL_DEFAULT, ConnectionOptions
 from aeron_archive_spark.archive.native import AeronClient, EmbeddedMediaDriver
 from aeron_archive_spark.archive.server.conductor import ArchiveConductor
-from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts
+from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts, RunningArchive
 from tests.benchmarks.bench_many_recordings import MANY_STREAM, TERM_LENGTH, record_many, record_one
 from tests.system.harness import Harness
 
@@ -197,7 +197,7 @@ def whole_range(index: int, d: Any, conn: ConnectionOptions) -> ReadRange:
         d.stream_id,
         d.mtu_length,
     )
-    return ReadRange(index, facts, d.start_position, d.stop_position, d.stop_position, None, conn, ends_at_stop=True)
+    return ReadRange(index, facts, d.start_position, d.stop_position, d.stop_position, RunningArchive(conn), ends_at_stop=True)
 
 
 def median_table(rows: list[dict[str, float]]) -> dict[str, float]:

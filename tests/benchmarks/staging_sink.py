@@ -112,7 +112,7 @@ class StagingStreamWriter(AeronArchiveStreamWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         from aeron_archive_spark.archive.client.pool import connection_pool
-        from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts
+        from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts, RunningArchive
         from aeron_archive_spark.archive.tables.read import read_ranges
         from aeron_archive_spark.archive.tables.schema import row_schema
         from aeron_archive_spark.connector.sink.columns import staged_schema
@@ -135,8 +135,7 @@ class StagingStreamWriter(AeronArchiveStreamWriter):
                 message.start_position,
                 message.stop_position,
                 message.stop_position,
-                None,
-                connection,
+                RunningArchive(connection),
                 True,
             )
             sink = pa.BufferOutputStream()

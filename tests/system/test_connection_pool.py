@@ -39,6 +39,7 @@ from aeron_archive_spark.archive.client.pool import (
 )
 from aeron_archive_spark.archive.client.host import localize_channel, requires_host_driver, route_address
 from aeron_archive_spark.archive.constants import RecordingSignal
+from aeron_archive_spark.archive.tables.ranges import RunningArchive
 from aeron_archive_spark.archive.exceptions import ArchiveError
 from aeron_archive_spark.archive.tables.options import SourceOptions
 from aeron_archive_spark.archive.tables.recording_source import open_recording_source
@@ -398,8 +399,8 @@ def test_the_planner_and_its_replays_share_one_pooled_session(pool, harness):
         middle = descriptor.stop_position // 2
         assert source.boundary_at_or_before(descriptor, middle, 0, descriptor.stop_position) <= middle  # replays
         assert source.safe_end(descriptor) == descriptor.stop_position
-        assert options.connection is not None
-        assert source.partition_location() == (None, options.connection)
+        assert isinstance(options.location, RunningArchive)
+        assert source.location() == options.location
         source.selected()
     finally:
         source.close()

@@ -20,7 +20,7 @@ from aeron_archive_spark.archive.storage.frames import (
     align,
 )
 from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
-from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts
+from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts, RunningArchive
 from aeron_archive_spark.archive.tables.replay_chunks import ReplayChunkSource, ReplayFetchError
 
 _FRAME = struct.Struct("<iBBH")
@@ -58,7 +58,7 @@ def connection(h: Harness, replay_channel: str = "aeron:ipc", timeout_ms: int = 
 def partition(d, start: int, end: int, limit: int, conn: ConnectionOptions, index: int = 0) -> ReadRange:
     facts = RecordingFacts(d.recording_id, d.start_position, d.term_buffer_length, d.segment_file_length,
                            d.initial_term_id, d.session_id, d.stream_id, d.mtu_length)
-    return ReadRange(index, facts, start, end, limit, None, conn)
+    return ReadRange(index, facts, start, end, limit, RunningArchive(conn))
 
 
 def frames_of(buf: bytes | bytearray, base: int) -> list[tuple[int, int, int, bytes]]:

@@ -8,6 +8,7 @@ import pytest
 
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
 from aeron_archive_spark.archive.tables.options import SourceOptions
+from aeron_archive_spark.archive.tables.ranges import SegmentFiles
 from aeron_archive_spark.archive.tables.recording_source import RecordingSource
 from unit.test_connector_decode import INITIAL_TERM_ID, SESSION_ID, STREAM_ID, TERM, Stream, random_stream
 
@@ -48,8 +49,8 @@ class FakeSource(RecordingSource):
 
         return Chunks()
 
-    def partition_location(self):
-        return "/x", None
+    def location(self):
+        return SegmentFiles("/x")
 
 
 def message_boundaries(s: Stream) -> list[int]:

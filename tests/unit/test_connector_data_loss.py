@@ -17,7 +17,7 @@ from system.harness import SMALL_TERM, Harness, payloads_of
 
 from aeron_archive_spark.archive.channel import add_session_id
 from aeron_archive_spark.archive.constants import RecordingSignal, SourceLocation
-from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts
+from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts, SegmentFiles
 from aeron_archive_spark.connector.source.batch_reader import DataLossError
 from aeron_archive_spark.connector.source.schema import FIXED_FIELDS
 from aeron_archive_spark.connector.source.stream_reader import AeronArchiveStreamReader
@@ -186,12 +186,12 @@ def test_truncation_between_planning_and_reading(harness, caplog, remote):
 
 def test_surviving_range():
     facts = RecordingFacts(7, 0, SMALL_TERM, 2 * SMALL_TERM, 0, 1, 2, 1408)
-    r = ReadRange(0, facts, 1024, 4096, 8192, "/dir", None)
+    r = ReadRange(0, facts, 1024, 4096, 8192, SegmentFiles("/dir"))
     assert r.surviving(0, None) is r
     assert r.surviving(0, 9000) is r
     # a limit lowered to the new stop ends at the stop: a message the truncation left open there is dropped
-    assert r.surviving(0, 3000) == ReadRange(0, facts, 1024, 3000, 3000, "/dir", None, ends_at_stop=True)
-    assert r.surviving(0, 6000) == ReadRange(0, facts, 1024, 4096, 6000, "/dir", None, ends_at_stop=True)
-    assert r.surviving(2048, None) == ReadRange(0, facts, 2048, 4096, 8192, "/dir", None)
+    assert r.surviving(0, 3000) == ReadRange(0, facts, 1024, 3000, 3000, SegmentFiles("/dir"), ends_at_stop=True)
+    assert r.surviving(0, 6000) == ReadRange(0, facts, 1024, 4096, 6000, SegmentFiles("/dir"), ends_at_stop=True)
+    assert r.surviving(2048, None) == ReadRange(0, facts, 2048, 4096, 8192, SegmentFiles("/dir"))
     assert r.surviving(0, 1024) is None
     assert r.surviving(4096, None) is None

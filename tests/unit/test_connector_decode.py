@@ -21,7 +21,7 @@ from aeron_archive_spark.archive.storage.frames import (
 )
 from aeron_archive_spark.archive.tables.decode import RangeDecoder, binary_column
 from aeron_archive_spark.archive.tables.planning import plan_ranges, split_range
-from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts
+from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts, SegmentFiles
 from aeron_archive_spark.archive.tables.schema import row_schema
 
 TERM = 64 * 1024
@@ -115,7 +115,7 @@ class Stream:
 
 
 def partition(stream: Stream, start: int, end: int, limit: int, index: int = 0) -> ReadRange:
-    return ReadRange(index, stream.facts(), start, end, limit, "/nowhere", None)
+    return ReadRange(index, stream.facts(), start, end, limit, SegmentFiles("/nowhere"))
 
 
 def decode(stream: Stream, p: ReadRange, chunk: int = 8192, **kw) -> list[tuple[int, bytes, int]]:
@@ -368,7 +368,7 @@ def test_disk_reads_of_a_small_range_pread_or_map_the_same_bytes_and_fail_alike(
         s.add(bytes([i + 1]) * (40 + 700 * i))  # the last ones fragmented (max_payload 1376)
     path = tmp_path / segment_file_name(5, 0)
     path.write_bytes(bytes(s.buffer) + bytes(4 * TERM - len(s.buffer)))
-    read_range = ReadRange(0, s.facts(), 0, s.position, s.position, str(tmp_path), None)
+    read_range = ReadRange(0, s.facts(), 0, s.position, s.position, SegmentFiles(str(tmp_path)))
     got = [(bytes(c), p) for c, p in chunks.DiskChunkSource().iter_chunks(read_range)]
     assert got == [(bytes(s.buffer), 0)]
     decoded = RangeDecoder(read_range, SCHEMA).batches(chunks.DiskChunkSource().iter_scanned_chunks(read_range))
@@ -429,7 +429,7 @@ def test_small_chunks_decode_alike_from_the_scans_lists_and_from_its_arrays(seed
         a = rnd.choice(boundaries)
         end = rnd.choice([b for b in boundaries if b >= a] + [a + 32])
         limit = max(end, rnd.choice([b for b in boundaries if b >= a]))
-        p = ReadRange(0, s.facts(), a, end, limit, "/nowhere", None, ends_at_stop=rnd.random() < 0.5)
+        p = ReadRange(0, s.facts(), a, end, limit, SegmentFiles("/nowhere"), ends_at_stop=rnd.random() < 0.5)
         chunks = [(bytes(c), pos) for c, pos in s.chunks(p.start, p.limit, rnd.choice([256, 1024, 8192]))]
         fast = _items_of(RangeDecoder(p, SCHEMA, defer_small=True, min_batch_bytes=1), chunks, with_lists=True)
         general = _items_of(RangeDecoder(p, SCHEMA, defer_small=True, min_batch_bytes=1), chunks, with_lists=False)
@@ -446,7 +446,7 @@ def test_a_small_range_of_whole_messages_is_decoded_from_the_scans_lists():
     s = Stream()
     for i in range(4):
         s.add(bytes([i]) * 100, reserved=i - 2)
-    p = ReadRange(0, s.facts(), 0, s.position, s.position, "/nowhere", None, ends_at_stop=True)
+    p = ReadRange(0, s.facts(), 0, s.position, s.position, SegmentFiles("/nowhere"), ends_at_stop=True)
     chunks = [(bytes(c), pos) for c, pos in s.chunks(0, s.position, 8192)]
     calls = []
     original = decode.RangeDecoder._small_rows

@@ -14,6 +14,7 @@ from aeron_archive_spark.archive.tables.option_table import (
     parse_string,
 )
 from aeron_archive_spark.archive.tables.options import RECORDING_OPTIONS, SourceOptions
+from aeron_archive_spark.archive.tables.ranges import RunningArchive, SegmentFiles
 from aeron_archive_spark.connector.options import (
     EARLIEST,
     LATEST,
@@ -33,7 +34,7 @@ def parse(streaming: bool | None = True, **extra: str) -> ReadOptions:
 
 def test_defaults_and_types():
     o = parse()
-    assert o.recordings.archive_dir == "/tmp/a" and o.recordings.connection is None
+    assert o.recordings.location == SegmentFiles("/tmp/a")
     assert o.recordings.selection.recording_ids == (3,)
     assert o.starting.kind == "earliest" and o.ending.kind == "latest"
     assert o.max_bytes_per_partition == 64 << 20 and o.fail_on_data_loss is True
@@ -46,24 +47,29 @@ def test_defaults_and_types():
 
 def test_running_archive_location_defaults():
     o = SourceOptions.parse({"recordingids": "1, 2,7", "controlstreamid": "11"})
-    assert o.archive_dir is None and o.selection.recording_ids == (1, 2, 7)
-    c = o.connection
+    assert isinstance(o.location, RunningArchive) and o.selection.recording_ids == (1, 2, 7)
+    c = o.location.connection
     assert isinstance(c, ConnectionOptions)
     assert (c.control_channel, c.control_stream_id, c.replay_stream_id) == (
         "aeron:udp?endpoint=localhost:8010", 11, 0x5EE7)
     assert c.replay_channel == "aeron:udp?endpoint=localhost:0"
 
 
+def connection_of(raw: dict[str, str]) -> ConnectionOptions:
+    location = SourceOptions.parse(raw).location
+    assert isinstance(location, RunningArchive)
+    return location.connection
+
+
 def test_an_archive_reached_over_ipc_replays_over_ipc_unless_told_otherwise():
     """IPC reaches only an archive on this process's media driver, so its replays can come over IPC too."""
-    c = SourceOptions.parse({"recordingid": "1", "controlchannel": "aeron:ipc"}).connection
+    c = connection_of({"recordingid": "1", "controlchannel": "aeron:ipc"})
     assert c.replay_channel == "aeron:ipc"
-    c = SourceOptions.parse({"recordingid": "1", "controlchannel": "aeron:ipc?term-length=64k"}).connection
+    c = connection_of({"recordingid": "1", "controlchannel": "aeron:ipc?term-length=64k"})
     assert c.replay_channel == "aeron:ipc"
-    c = SourceOptions.parse({"recordingid": "1", "controlchannel": "aeron:ipc",
-                             "replaychannel": "aeron:udp?endpoint=localhost:0"}).connection
+    c = connection_of({"recordingid": "1", "controlchannel": "aeron:ipc", "replaychannel": "aeron:udp?endpoint=localhost:0"})
     assert c.replay_channel == "aeron:udp?endpoint=localhost:0"
-    c = SourceOptions.parse({"recordingid": "1", "controlchannel": "aeron:udp?endpoint=archive:8010"}).connection
+    c = connection_of({"recordingid": "1", "controlchannel": "aeron:udp?endpoint=archive:8010"})
     assert c.replay_channel == "aeron:udp?endpoint=localhost:0"
 
 

@@ -14,7 +14,7 @@ from unit.test_connector_decode import SCHEMA, TERM, Stream, random_stream
 
 from aeron_archive_spark.archive.exceptions import ArchiveError
 from aeron_archive_spark.archive.tables.planning import pack_ranges, plan_ranges
-from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts
+from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts, SegmentFiles
 from aeron_archive_spark.archive.tables.read import read_batches, read_ranges
 from aeron_archive_spark.archive.tables.recording_source import stopped_positions
 from aeron_archive_spark.connector.source.partition import AeronArchivePartition, plan_partitions
@@ -27,7 +27,7 @@ def facts(rid: int) -> RecordingFacts:
 
 
 def ranges_of(sizes: list[int]) -> list[ReadRange]:
-    return [ReadRange(i, facts(i), 0, size, size, "/dir", None) for i, size in enumerate(sizes)]
+    return [ReadRange(i, facts(i), 0, size, size, SegmentFiles("/dir")) for i, size in enumerate(sizes)]
 
 
 def spark_file_partitions(sizes: list[int], max_bytes: int, open_cost: int) -> list[list[int]]:
@@ -88,7 +88,7 @@ def test_packing_follows_sparks_file_partition_rule():
 
 def test_plan_partitions_cuts_big_recordings_and_packs_small_ones_and_pickles():
     planned = [(facts(1), 0, 10 * TERM, 10 * TERM), (facts(2), 0, 100, 100), (facts(3), 64, 4096, 8192)]
-    parts = plan_partitions(planned, 4 * TERM, 4096, "/dir", None, {1: 10 * TERM, 3: 4096})
+    parts = plan_partitions(planned, 4 * TERM, 4096, SegmentFiles("/dir"), {1: 10 * TERM, 3: 4096})
     pieces = [[(r.recording_id, r.start, r.end, r.limit, r.ends_at_stop) for r in p.read_ranges] for p in parts]
     assert pieces == [
         [(1, 0, 4 * TERM, 10 * TERM, True)],
@@ -104,9 +104,9 @@ def test_plan_partitions_cuts_big_recordings_and_packs_small_ones_and_pickles():
 
 
 def test_plan_ranges_marks_only_ranges_whose_limit_is_the_stop():
-    parts = plan_ranges([(facts(1), 0, 100, 200), (facts(2), 0, 100, 100)], TERM, "/d", None, {1: 300, 2: 100})
+    parts = plan_ranges([(facts(1), 0, 100, 200), (facts(2), 0, 100, 100)], TERM, SegmentFiles("/d"), {1: 300, 2: 100})
     assert [r.ends_at_stop for r in parts] == [False, True]
-    assert not any(r.ends_at_stop for r in plan_ranges([(facts(1), 0, 100, 100)], TERM, "/d", None))
+    assert not any(r.ends_at_stop for r in plan_ranges([(facts(1), 0, 100, 100)], TERM, SegmentFiles("/d")))
 
 
 # -- ends without a look at the frames ---------------------------------------------------------------------------
@@ -194,14 +194,14 @@ def cut_stream() -> tuple[Stream, int, int]:
 def test_a_message_left_open_at_the_stop_is_dropped_with_a_warning(caplog):
     s, big, stop = cut_stream()
     whole = [(p, v) for p, v, _ in s.messages if p < big]
-    r = ReadRange(0, s.facts(), 0, stop, stop, "/nowhere", None, ends_at_stop=True)
+    r = ReadRange(0, s.facts(), 0, stop, stop, SegmentFiles("/nowhere"), ends_at_stop=True)
     with caplog.at_level(logging.WARNING):
         assert rows(read_batches(r, SCHEMA, None, StreamChunks(s))) == whole
     assert f"the message beginning at position {big} is incomplete at the recording's stop position {stop}" in (
         caplog.text
     )
     # the same range not ending at a stop: the open message is an error, as before
-    strict = ReadRange(0, s.facts(), 0, stop, stop, "/nowhere", None)
+    strict = ReadRange(0, s.facts(), 0, stop, stop, SegmentFiles("/nowhere"))
     with pytest.raises(ArchiveError, match=rf"the message beginning at position {big} is incomplete"):
         rows(read_batches(strict, SCHEMA, None, StreamChunks(s)))
 
@@ -210,7 +210,7 @@ def test_pieces_of_a_recording_cut_at_its_stop_give_each_message_once():
     s, big, stop = cut_stream()
     whole = [(p, v) for p, v, _ in s.messages if p < big]
     for max_bytes in (1, 2 * TERM, 64 * MB):
-        planned = plan_ranges([(s.facts(), 0, stop, stop)], max_bytes, "/nowhere", None, {5: stop})
+        planned = plan_ranges([(s.facts(), 0, stop, stop)], max_bytes, SegmentFiles("/nowhere"), {5: stop})
         got = []
         for r in planned:
             got += rows(read_batches(r, SCHEMA, None, StreamChunks(s)))
@@ -225,7 +225,7 @@ def test_read_ranges_reads_in_order_and_merges_small_batches(monkeypatch):
     for i, s in enumerate(streams):
         f = s.facts()
         ranges.append(ReadRange(i, dataclasses.replace(f, recording_id=100 + i), s.start, s.position, s.position,
-                                "/nowhere", None, ends_at_stop=True))
+                                SegmentFiles("/nowhere"), ends_at_stop=True))
         expected += [(100 + i, p, v) for p, v, _ in s.messages]
     sources = {100 + i: s for i, s in enumerate(streams)}
 
@@ -260,7 +260,7 @@ def test_small_ranges_decoded_together_give_the_same_table_as_each_range_alone(m
             s.add(rng.randbytes(size), reserved=rng.randrange(-(1 << 63), 1 << 63))
         streams.append(s)
         f = dataclasses.replace(s.facts(), recording_id=500 + i, session_id=1000 + i)  # frames set the stream
-        ranges.append(ReadRange(i, f, s.start, s.position, s.position, "/nowhere", None, ends_at_stop=True))
+        ranges.append(ReadRange(i, f, s.start, s.position, s.position, SegmentFiles("/nowhere"), ends_at_stop=True))
     sources = {500 + i: s for i, s in enumerate(streams)}
 
     class Chunks:

@@ -14,6 +14,7 @@ import pytest
 from aeron_archive_spark.archive.cli import credentials as cli_credentials
 from aeron_archive_spark.archive.cli.main import build_parser
 from aeron_archive_spark.archive.client.connection import ConnectionOptions
+from aeron_archive_spark.archive.tables.ranges import RunningArchive
 from aeron_archive_spark.archive.client.pool import ArchiveConnectError, SessionKey
 from aeron_archive_spark.archive.tables.option_table import OptionError
 from aeron_archive_spark.archive.tables.options import RECORDING_OPTIONS, SourceOptions
@@ -53,9 +54,9 @@ def test_archive_secret_option_reaches_the_connection_options_and_spark_redacts_
     spec = RECORDING_OPTIONS["archiveSecret"]
     assert re.search(SPARK_REDACTION_REGEX, spec.name)
     parsed = SourceOptions.parse({"recordingid": "1", "archivesecret": SECRET})
-    assert parsed.connection is not None and parsed.connection.credentials == SECRET
+    assert isinstance(parsed.location, RunningArchive) and parsed.location.connection.credentials == SECRET
     assert SECRET not in repr(parsed)
-    assert SourceOptions.parse({"recordingid": "1"}).connection.credentials is None  # type: ignore[union-attr]
+    assert SourceOptions.parse({"recordingid": "1"}).location.connection.credentials is None  # type: ignore[union-attr]
 
 
 def test_an_empty_archive_secret_is_an_error_that_names_the_option() -> None:
