@@ -67,8 +67,6 @@ _SBE_HEADER_LENGTH = 8
 _DESCRIPTOR_HEAD = struct.Struct("<HHHHqq")  # SBE header, then RecordingDescriptor's controlSessionId, correlationId
 # Waiting for a control response: empty polls that only yield the CPU before the 0.1 ms sleeps begin.
 RESPONSE_WAIT_YIELDS = 10
-# Requests sent without waiting whose later responses are kept apart (`heed`): the most recent this many.
-MAX_UNHEEDED = 4096
 CLIENT_VERSION_TEXT = "0.1.0"
 
 
@@ -143,13 +141,6 @@ class AeronArchive:
         self._closed = False
         # Reassembled messages not yet consumed by the current request (e.g. signals while listing).
         self._inbox: list[Any] = []
-        # Requests sent without waiting (`send_replay_request`): their correlation ids, and the answers that came.
-        # Every poll files such an answer here, whoever polls, so no other request's wait can drop it.
-        self._unanswered: set[int] = set()
-        self._answers: dict[int, Any] = {}
-        # Their later responses (a replay failing after its OK) while nobody reads that replay: kept apart, so that
-        # a poll made for another request does not raise them (`heed` ends this for a replay being read).
-        self._unheeded: dict[int, Any | None] = {}
 
     # -- connect / close -----------------------------------------------------------------------------------
     @classmethod
@@ -337,21 +328,6 @@ class AeronArchive:
         for msg in self._inbox + received:
             if msg.template_id == t.RECORDING_SIGNAL_EVENT:
                 self._dispatch_signal(msg)
-            elif (
-                msg.template_id == t.CONTROL_RESPONSE
-                and msg.correlation_id in self._unanswered
-                and msg.control_session_id == self.control_session_id
-            ):
-                self._unanswered.discard(msg.correlation_id)
-                self._answers[msg.correlation_id] = msg
-            elif (
-                msg.template_id == t.CONTROL_RESPONSE
-                and msg.correlation_id in self._unheeded
-                and msg.control_session_id == self.control_session_id
-            ):
-                log.debug("response to a replay nobody reads yet: %s", msg)
-                if self._unheeded[msg.correlation_id] is None:
-                    self._unheeded[msg.correlation_id] = msg
             elif msg.template_id != t.PING:
                 out.append(msg)
         self._inbox = []
@@ -419,6 +395,23 @@ class AeronArchive:
             correlation_id, name = self._request(build)
             relevant_id: int = self._await_response(correlation_id, name).relevant_id  # an int64
             return relevant_id
+
+    # -- asynchronous use --------------------------------------------------------------------------------------
+    def send(self, build: Callable[[RequestIds], Message]) -> int:
+        """Send a request without waiting for its answer; returns its correlation id (Java's asynchronous use of
+        `archiveProxy()`). Its responses come from `poll_responses`: the synchronous calls drop answers they did
+        not ask for, so a session is used one way at a time (`client.replay.responses` is the asynchronous way)."""
+        with self._lock:
+            correlation_id, _ = self._request(build)
+            return correlation_id
+
+    def poll_responses(self) -> list[Any]:
+        """Poll the control response stream once (Java's `controlResponsePoller().poll()`): the responses and
+        descriptors that arrived, in order. Recording signals go to the consumer and pings are dropped, as in
+        every poll."""
+        with self._lock:
+            self._check_open()
+            return self._poll_messages()
 
     # -- recording -----------------------------------------------------------------------------------------
     def start_recording(
@@ -518,7 +511,7 @@ class AeronArchive:
     ) -> int:
         """Returns the replaySessionId; its low 32 bits are the replay image's session id."""
         return self._request_ok(
-            lambda ids: _replay_request(
+            lambda ids: replay_request(
                 ids, recording_id, position, length, replay_channel, replay_stream_id, file_io_max_length
             )
         )
@@ -570,76 +563,6 @@ class AeronArchive:
         if session_id >= 1 << 31:
             session_id -= 1 << 32
         return self.aeron.add_subscription(add_session_id(replay_channel, session_id), replay_stream_id)
-
-    def send_replay_request(
-        self,
-        recording_id: int,
-        position: int,
-        length: int,
-        replay_channel: str,
-        replay_stream_id: int,
-        file_io_max_length: int = -1,
-    ) -> int:
-        """Send a ReplayRequest without waiting for its answer; returns its correlation id.
-
-        Lets a reader keep several replays in flight on one control session (a partition of many small
-        recordings asks for the next ones while it drains the first): the archive sets them up one after the
-        other while the answers travel. Collect each answer with `poll_replay_response`, or `forget` it.
-        """
-        with self._lock:
-            correlation_id, _ = self._request(
-                lambda ids: _replay_request(
-                    ids, recording_id, position, length, replay_channel, replay_stream_id, file_io_max_length
-                )
-            )
-            self._unanswered.add(correlation_id)
-            self._unheeded[correlation_id] = None
-            while len(self._unheeded) > MAX_UNHEEDED:
-                del self._unheeded[next(iter(self._unheeded))]  # the oldest: long settled
-            return correlation_id
-
-    def poll_replay_response(self, correlation_id: int) -> int | None:
-        """The replaySessionId answered to `send_replay_request`'s `correlation_id`, or None if not yet here.
-
-        Polls the response stream once when the answer has not arrived (recording signals go to the consumer as
-        usual). An error answer raises `ArchiveError` with the archive's message; a request neither sent nor
-        still awaited raises `KeyError`.
-        """
-        with self._lock:
-            msg = self._answers.pop(correlation_id, None)
-            if msg is None:
-                if correlation_id not in self._unanswered:
-                    raise KeyError(f"no replay request {correlation_id} is awaited on this control session")
-                self._check_open()
-                for other in self._poll_messages():  # nobody else waits: synchronous requests hold the lock
-                    log.debug("control response not awaited by anyone: %s", other)
-                msg = self._answers.pop(correlation_id, None)
-                if msg is None:
-                    return None
-            if msg.code == ControlResponseCode.ERROR:
-                raise ArchiveError(msg.error_message, msg.relevant_id, correlation_id)
-            relevant_id: int = msg.relevant_id
-            return relevant_id
-
-    def heed(self, correlation_id: int) -> str | None:
-        """From now on, responses to this request sent with `send_replay_request` are handled as any other (an
-        error raises from the next poll); returns the error message of a response that came while it was unheeded
-        (the replay failed before anyone read it), or None."""
-        with self._lock:
-            late = self._unheeded.pop(correlation_id, None)
-            return None if late is None else str(late.error_message or f"response code {late.code}")
-
-    def forget(self, correlation_id: int) -> None:
-        """Stop awaiting the answer to a request sent with `send_replay_request` (dropped if it comes later)."""
-        with self._lock:
-            self._unanswered.discard(correlation_id)
-            self._answers.pop(correlation_id, None)
-
-    @property
-    def awaited_answers(self) -> int:
-        """How many requests sent without waiting are still unanswered or uncollected."""
-        with self._lock:
-            return len(self._unanswered) + len(self._answers)
 
     def stop_replay(self, replay_session_id: int) -> None:
         self._request_ok(lambda ids: m.StopReplayRequest.of(**ids, replay_session_id=replay_session_id))
@@ -854,7 +777,7 @@ class AeronArchive:
         return str(ChannelUri.parse(channel).with_params(**{k.replace("-", "_"): v for k, v in params.items()}))
 
 
-def _replay_request(
+def replay_request(
     ids: RequestIds,
     recording_id: int,
     position: int,
@@ -863,7 +786,8 @@ def _replay_request(
     replay_stream_id: int,
     file_io_max_length: int,
 ) -> m.ReplayRequest:
-    """A ReplayRequest (no replay token: this client never uses one)."""
+    """A ReplayRequest (no replay token: this client never uses one); what synchronous and asynchronous callers
+    (`client.replay.responses`) send alike."""
     return m.ReplayRequest.of(
         **ids,
         recording_id=recording_id,

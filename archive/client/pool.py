@@ -5,7 +5,7 @@ session (`AeronArchive`). A client costs tens of milliseconds to create, an embe
 session a connect handshake (a response publication set up by the archive, an authentication round trip), while
 a Spark Python worker runs many tasks in a row (`spark.python.worker.reuse`) and the driver plans every
 micro-batch. So the driver-side planner (`archive.tables.recording_source`), executor replays
-(`archive.tables.replay_chunks`) and the sink's commit (`connector.sink.committer`) all take their clients and
+(`archive.client.replay`) and the sink's commit (`connector.sink.committer`) all take their clients and
 sessions from here, and nothing else in `archive.tables` or the connector creates either. The shape follows
 Spark's Kafka connector (`InternalKafkaConsumerPool`): a keyed pool with a soft capacity, an idle timeout, and
 invalidation of whatever was in use when an error happened.

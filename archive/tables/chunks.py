@@ -1,10 +1,10 @@
 """Where a read range's bytes come from: the `ChunkSource` protocol and the disk implementation.
 
 Two implementations yield the same bytes, one for each kind of `range.location`: `DiskChunkSource` (here) reads
-`SegmentFiles` (`archiveDir`), and `archive.tables.replay_chunks.ReplayChunkSource` runs a bounded replay
-`[range.start, range.limit)` through a `RunningArchive` (no shared disk); `archive.tables.read.open_chunk_source`
-chooses.
-The message decoder (`aeron_archive_spark.archive.tables.decode`) sees only chunks, so both paths give identical rows.
+`SegmentFiles` (`archiveDir`), and `archive.tables.replay_chunks.ReplayChunkSource` has the client's replay reader
+(`archive.client.replay`) replay `[range.start, range.limit)` through a `RunningArchive` (no shared disk);
+`archive.tables.read.open_chunk_source` chooses. The message decoder (`aeron_archive_spark.archive.tables.decode`)
+sees only chunks, so both paths give identical rows.
 """
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ def read_ranges(
     Batches smaller than `MIN_BATCH_BYTES` (a small recording's few rows) are merged across ranges before they
     are yielded: Spark's per-batch cost would otherwise dominate a partition of many small recordings. Rows keep
     their order. One chunk source per location serves every range; through an archive, the small ranges' replays
-    are asked for ahead (`archive.tables.replay_read_ahead`).
+    are asked for ahead (`archive.client.replay`).
     """
     ranges = list(ranges)
     sources: dict[type[ReadLocation], ChunkSource] = {}

@@ -1,146 +1,67 @@
-"""Remote read path: a partition's frames fetched as bounded replays from a running archive (no shared disk).
+"""Remote read path: a range's frames fetched by replay from a running archive (no shared disk).
 
-Used when the options name a running archive and no `archiveDir`. Each partition read, on the executor:
-
-1. leases a control session from this process's connection pool (`aeron_archive_spark.archive.client.pool`: on
-   the host's media driver, or one embedded driver; a session returned by an earlier read of the same archive is
-   reused) and keeps it for the whole read, since replay errors arrive on it;
-2. replays `[start, end + SLACK)` (capped at `limit`) on `replayChannel`/`replayStreamId`. The archive sends
-   every frame that *starts* before the replay limit whole, so unfragmented messages never need more. If the
-   caller still iterates when that replay is done (the last message is fragmented past the bound), it replays on
-   from the exact position reached, in growing steps (`CONTINUATION_LENGTH`, doubling) up to `limit`;
-3. block-polls the replay image and copies whole frames into a reusable chunk buffer (the zero-copy block is
-   only valid inside the poll callback), yielding `(chunk, position)` with the position computed from each
-   block's term id / term offset and the image's initial term id and term length (replay positions equal
-   recording positions); a gap or overlap is an error, never silently skipped. Replay rewrites every frame's
-   session id and stream id to its own; they are put back (recording's values) so chunks equal the segment files,
-   and the frame scan that does it goes along with the chunk (`iter_scanned_chunks`), sparing the decoder a
-   second walk. A chunk is handed over when it is half full and the image has nothing more yet, when it is full,
-   when no block came for `HAND_OVER_WAIT_S` or the image ended, or when the replay is done (before any
-   continuation replay is asked for, so a caller that has its last message stops without one); waiting for the
-   replay, the reader sleeps after a few empty polls rather than spinning, leaving the CPU to the archive's
-   replayer.
-
-Back pressure: the image is polled only when the caller asks for the next chunk, so a slow consumer back-pressures
-the archive's replay publication (flow control), never drops data. Liveness: if no frame arrives for the message
-timeout (`messageTimeout`) while the caller waits, or the replay image ends early, the read fails naming the
-recording, position, replay channel and archive. Cleanup: the active replay is stopped (`stop_replay`) and the
-subscription closed in a `finally`, also when the caller stops iterating early; the control session goes back to
-the pool, unless the read failed (or the replay could not be stopped), which closes it.
-
-Channels: with a UDP endpoint of port 0 (the default `aeron:udp?endpoint=localhost:0`; `aeron:ipc` is the
-default when the archive is reached over IPC) the subscription is added first and its bound port resolved before
-the replay request (one ephemeral port per read, so only this replay arrives there); otherwise (IPC, a fixed port)
-the subscription is added after the request, filtered with `session-id=(int)replaySessionId` so concurrent reads
-on the same driver never see (or slow down) each other's replays. See `aeron_archive_spark.archive.client.pool`
-for remote hosts (`0.0.0.0` endpoints).
-
-Many small ranges: `read_ahead(ranges)` hands a partition's small ranges to `replay_read_ahead.ReplayReadAhead`,
-which asks for their replays (and, without a shared subscription, adds their subscriptions) ahead of reading
-them; a range it holds then takes its first replay, already set up, from it, on its control session and
-subscription (and, on IPC with the default `replayStreamId`, its stream id of its own).
+Used when a range's location is a `RunningArchive`. The reading itself is the client's replay reader
+(`archive.client.replay`: bounded replays, the small ranges of a partition asked for ahead and pipelined on one
+control session); this module only maps the tables' `ReadRange` onto the reader's `ReplaySpan` and serves the
+`ChunkSource` contract with it.
 """
 
 from __future__ import annotations
 
-import logging
-import struct
-import time
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
 
-import numpy as np
-
-from aeron_archive_spark.archive.channel import add_session_id
-from aeron_archive_spark.archive.client.host import localize_channel
-from aeron_archive_spark.archive.client.pool import (
-    ArchiveConnectError,
-    ArchiveLease,
-    ConnectionPool,
-    connection_pool,
-)
-from aeron_archive_spark.archive.exceptions import ArchiveError
-from aeron_archive_spark.archive.storage.frames import (
-    HDR_TYPE_PAD,
-    HEADER_LENGTH,
-    TERM_OFFSET_FIELD_OFFSET,
-    TYPE_FIELD_OFFSET,
-    FrameScan,
-    ScanStop,
-    compute_position,
-    rewrite_scan_session_and_stream,
-    rewrite_session_and_stream,
-    scan_frames,
-    to_int32,
-)
+from aeron_archive_spark.archive.client.pool import ConnectionPool
+from aeron_archive_spark.archive.client.replay import ReplayReader, ReplaySpan
+from aeron_archive_spark.archive.storage.frames import FrameScan
 from aeron_archive_spark.archive.tables.chunks import CHUNK_LENGTH
-from aeron_archive_spark.archive.tables.ranges import RunningArchive
-from aeron_archive_spark.archive.tables.replay_read_ahead import (
-    ReplayReadAhead,
-    first_replay_limit,
-    has_wildcard_port,
-)
-
-if TYPE_CHECKING:
-    from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
-    from aeron_archive_spark.archive.client.connection import ConnectionOptions
-    from aeron_archive_spark.archive.native import AeronClient, Image, Subscription
-    from aeron_archive_spark.archive.tables.ranges import ReadRange
-
-log = logging.getLogger(__name__)
-
-# First continuation replay length (doubles each time), for messages fragmented far past the partition end.
-CONTINUATION_LENGTH = 1024 * 1024
-# How often the control session is polled while fetching: replay errors arrive there, and polling keeps the
-# archive's control response publication drained.
-CONTROL_POLL_INTERVAL_S = 0.2
-# A chunk is handed over once it holds half the buffer, or when no block came for this long (the replay paused:
-# never in a healthy replay, whose blocks come every millisecond or so; well within the stall timeout).
-HAND_OVER_WAIT_S = 0.05
-# Waiting for the replay: empty polls before sleeping, the sleep, and the longer sleep after IDLE_LONG_AFTER polls.
-IDLE_SPINS = 3
-IDLE_SLEEP_S = 0.0001
-IDLE_LONG_AFTER = 2000
-IDLE_LONG_SLEEP_S = 0.001
-# Waiting for the replay image: this many sleeps of IDLE_SLEEP_S, then sleeps of IMAGE_WAIT_SLEEP_S.
-IMAGE_WAIT_SHORT_SLEEPS = 50
-IMAGE_WAIT_SLEEP_S = 0.0005
-# How long to wait for the archive's error response once a replay image ended early.
-ERROR_GRACE_S = 1.0
-
-_TERM_OFFSET = struct.Struct("<i")
+from aeron_archive_spark.archive.tables.ranges import ReadRange, RunningArchive
 
 
-class ReplayFetchError(RuntimeError):
-    """A remote read failed; the text names the recording, the position, the replay channel and the archive."""
+def replay_span(read_range: ReadRange) -> ReplaySpan:
+    """What the replay reader is asked to read for `read_range`; a range of a running archive only."""
+    location = read_range.location
+    if not isinstance(location, RunningArchive):
+        raise ValueError(
+            f"partition {read_range.index} of recording {read_range.recording_id} reads {location.describe()}, "
+            "not a running archive"
+        )
+    facts = read_range.recording
+    return ReplaySpan(
+        connection=location.connection,
+        recording_id=facts.recording_id,
+        session_id=facts.session_id,
+        stream_id=facts.stream_id,
+        term_length=facts.term_length,
+        start=read_range.start,
+        end=read_range.end,
+        limit=read_range.limit,
+        index=read_range.index,
+    )
 
 
 class ReplayChunkSource:
-    """`ChunkSource` over bounded replays from a running archive (see the module docstring)."""
+    """`ChunkSource` over replays from a running archive (see the module docstring)."""
 
     def __init__(
         self, chunk_length: int = CHUNK_LENGTH, stall_timeout_s: float | None = None, pool: ConnectionPool | None = None
     ) -> None:
         """`pool`: where control sessions come from (default: the process-wide `connection_pool()`)."""
-        self._chunk_length = chunk_length
-        self._stall_timeout_s = stall_timeout_s
-        self._pool = pool
-        self._ahead: ReplayReadAhead | None = None
+        self._reader = ReplayReader(chunk_length, stall_timeout_s, pool)
+        # The spans handed to the read-ahead, by range identity (the reader matches spans by identity too); the
+        # range is kept with its span so that its id is not reused while the read-ahead runs.
+        self._spans: dict[int, tuple[ReadRange, ReplaySpan]] = {}
 
     def read_ahead(self, ranges: Sequence[ReadRange]) -> None:
-        """The ranges about to be read, in order: the small ones get their replays asked for ahead (see
-        `archive.tables.replay_read_ahead`). Call `close` when done; ranges read in another order, or not at
-        all, are simply read one replay at a time (their replays asked for ahead are stopped)."""
-        self.close()
-        ahead = ReplayReadAhead(ranges, self._pool if self._pool is not None else connection_pool())
-        if len(ahead) > 1:
-            self._ahead = ahead
+        """The ranges about to be read, in order: the small ones of a running archive get their replays asked for
+        ahead. Call `close` when done; ranges read in another order, or not at all, are simply read one replay at
+        a time."""
+        self._spans = {id(r): (r, replay_span(r)) for r in ranges if isinstance(r.location, RunningArchive)}
+        self._reader.read_ahead([span for _, span in self._spans.values()])
 
     def close(self, failed: bool = False) -> None:
         """End the read-ahead, if any: stop its replays still in flight, close its subscription and session."""
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            ahead.close(failed)
+        self._spans = {}
+        self._reader.close(failed)
 
     def iter_chunks(self, partition: ReadRange) -> Iterator[tuple[memoryview, int]]:
         for chunk, position, _ in self.iter_scanned_chunks(partition):
@@ -149,361 +70,6 @@ class ReplayChunkSource:
     def iter_scanned_chunks(self, partition: ReadRange) -> Iterator[tuple[memoryview, int, FrameScan]]:
         """`(chunk, position, scan)`: `scan` walks exactly `chunk` with `stop_at_padding=False` (the walk that puts
         the recording's session and stream ids back, handed on so the decoder need not walk the chunk again)."""
-        location = partition.location
-        if not isinstance(location, RunningArchive):
-            raise ValueError(
-                f"partition {partition.index} of recording {partition.recording_id} reads {location.describe()}, "
-                "not a running archive"
-            )
-        connection = location.connection
-        if partition.start >= partition.limit:
-            return
-        pool = self._pool if self._pool is not None else connection_pool()
-        ahead = self._ahead if self._ahead is not None and self._ahead.holds(partition) else None
-        fetch = _ReplayFetch(partition, connection, self._chunk_length, self._stall_timeout_s, pool, ahead)
-        failed = True
-        try:
-            yield from fetch.chunks()
-            failed = False
-        except GeneratorExit:  # the caller stopped early (it had the message it needed): not a failure
-            failed = False
-            raise
-        finally:
-            fetch.close(failed)
-            if failed and ahead is not None:
-                self.close(failed=True)  # its session's state is unknown now: the read-ahead ends with it
-
-
-class _ReplayFetch:
-    """The state of one partition read: control session, current replay, subscription, chunk buffer."""
-
-    def __init__(
-        self,
-        partition: ReadRange,
-        connection: ConnectionOptions,
-        chunk_length: int,
-        stall_timeout_s: float | None,
-        pool: ConnectionPool,
-        ahead: ReplayReadAhead | None = None,
-    ) -> None:
-        """`ahead`: the read-ahead holding this range; its session and subscription are used (not owned)."""
-        self.partition = partition
-        self.ahead = ahead
-        self.recording_id = partition.recording_id
-        self.session_id = partition.recording.session_id
-        self.recording_stream_id = partition.recording.stream_id
-        self.start = partition.start
-        self.end = partition.end
-        self.limit = partition.limit
-        self.connection = connection
-        self.timeout_s = stall_timeout_s if stall_timeout_s is not None else connection.message_timeout_ms / 1000.0
-        self.channel = localize_channel(connection.replay_channel, connection.control_channel)
-        self.stream_id = connection.replay_stream_id
-        # Subscribed before the replay request, the image told apart by session id: a wildcard port bound per read,
-        # or a read-ahead's shared subscription (`connect`); else subscribed after the OK, filtered by session id.
-        self.subscribes_first = has_wildcard_port(self.channel)
-        self.chunk_length = chunk_length
-        self.pool = pool
-        self.lease: ArchiveLease | None = None
-        self.client: AeronClient | None = None
-        self.archive: AeronArchive | None = None
-        self.subscription: Subscription | None = None
-        self.request_channel = self.channel
-        self.replay_session_id: int | None = None
-        self.replay_active = False
-        self.ahead_taken = False  # the read-ahead's replay is the first one only
-        self.position = self.start  # next byte expected
-        self._next_control_poll = 0.0
-
-    # ---- description for errors ------------------------------------------------------------------------------
-
-    def where(self, position: int | None = None) -> str:
-        at = self.position if position is None else position
-        driver = self.client.aeron_dir if self.client is not None else self.connection.aeron_dir or "default"
-        return (
-            f"recording {self.recording_id} at position {at} (partition [{self.start}, {self.end}) limit "
-            f"{self.limit}; replay channel {self.request_channel} stream {self.stream_id}; archive control "
-            f"channel {self.connection.control_channel} stream {self.connection.control_stream_id}; media "
-            f"driver {driver})"
-        )
-
-    # ---- lifecycle --------------------------------------------------------------------------------------------
-
-    def connect(self) -> None:
-        """Lease a control session (the pool localizes a `0.0.0.0` response endpoint), then bind the replay port;
-        or, for a range read ahead, use the read-ahead's session and subscription."""
-        if self.ahead is not None:
-            try:
-                self.ahead.open(self.timeout_s)
-            except Exception as ex:
-                reason = ex.reason if isinstance(ex, ArchiveConnectError) else ex
-                raise ReplayFetchError(f"cannot reach the archive to replay {self.where()}: {reason}") from ex
-            self.archive, self.subscription = self.ahead.archive, self.ahead.subscription
-            assert self.archive is not None
-            self.client = self.archive.aeron
-            self.request_channel = self.ahead.request_channel
-            self.stream_id = self.ahead.stream_id  # a read-ahead on IPC may use a stream id of its own
-            self.subscribes_first = self.ahead.shared_subscription
-            return
-        self.lease = self.pool.archive(self.connection, purpose="replay")
-        try:
-            self.archive = self.lease.acquire()
-        except Exception as ex:
-            reason = ex.reason if isinstance(ex, ArchiveConnectError) else ex
-            raise ReplayFetchError(f"cannot reach the archive to replay {self.where()}: {reason}") from ex
-        self.client = self.archive.aeron
-        if self.subscribes_first:
-            # One ephemeral port per read: bind first, then tell the archive the resolved endpoint.
-            self.subscription = self._add_subscription(self.channel)
-            resolved = self.subscription.try_resolve_channel_endpoint_port(timeout_s=self.timeout_s)
-            if resolved is None:
-                raise ReplayFetchError(
-                    f"could not resolve the port of replay channel {self.channel} within "
-                    f"{self.timeout_s:.1f}s for {self.where()}"
-                )
-            self.request_channel = resolved
-
-    def _add_subscription(self, channel: str) -> Subscription:
-        assert self.client is not None
-        try:
-            return self.client.add_subscription(channel, self.stream_id)
-        except Exception as ex:
-            raise ReplayFetchError(
-                f"cannot subscribe to replay channel {channel} stream {self.stream_id} for {self.where()}: {ex}"
-            ) from ex
-
-    def start_replay(self, position: int, length: int) -> Image:
-        """Start a replay of `[position, position + length)` and return its image once connected."""
-        assert self.archive is not None
-        ahead, self.ahead_taken = self.ahead if not self.ahead_taken else None, True
-        try:
-            taken = ahead.take(self.partition, position, length, self.timeout_s) if ahead is not None else None
-            if taken is None:
-                self.replay_session_id = self.archive.start_replay(
-                    self.recording_id, position, length, self.request_channel, self.stream_id
-                )
-                subscribed = None
-            else:
-                self.replay_session_id, subscribed = taken
-        except ArchiveError as ex:
-            raise ReplayFetchError(
-                f"the archive refused to replay {length} bytes of {self.where(position)}: {ex}"
-            ) from ex
-        self.replay_active = True
-        session_id = to_int32(self.replay_session_id)
-        if not self.subscribes_first:
-            if self.subscription is not None:
-                self.subscription.close()
-            # Subscribed ahead by the read-ahead (this fetch owns it now), or subscribe now.
-            self.subscription = subscribed or self._add_subscription(add_session_id(self.channel, session_id))
-        assert self.subscription is not None
-        deadline = time.monotonic() + self.timeout_s
-        waits = 0
-        while True:
-            image = self.subscription.image_by_session_id(session_id)
-            if image is not None:
-                log.debug(
-                    "replay %d of recording %d connected: [%d, %d) on %s",
-                    self.replay_session_id,
-                    self.recording_id,
-                    position,
-                    position + length,
-                    self.request_channel,
-                )
-                return image
-            self._poll_control(force=False)
-            if time.monotonic() > deadline:
-                raise ReplayFetchError(
-                    f"replay image (session {session_id}) did not connect within "
-                    f"{self.timeout_s:.1f}s for {self.where(position)}"
-                )
-            # The image usually comes with the subscription or within ~0.1 ms: short sleeps first (in flight).
-            waits += 1
-            time.sleep(IDLE_SLEEP_S if waits < IMAGE_WAIT_SHORT_SLEEPS else IMAGE_WAIT_SLEEP_S)
-
-    def _poll_control(self, force: bool) -> None:
-        """Drain the control session (pings, signals); an error response for this session raises."""
-        now = time.monotonic()
-        if not force and now < self._next_control_poll:
-            return
-        self._next_control_poll = now + CONTROL_POLL_INTERVAL_S
-        assert self.archive is not None
-        try:
-            self.archive.poll_for_recording_signals()
-        except ArchiveError as ex:
-            raise ReplayFetchError(f"the archive failed or went away during the replay of {self.where()}: {ex}") from ex
-
-    def close(self, failed: bool) -> None:
-        """Stop the replay if it is still running, close the subscription, end the lease of the control session.
-
-        The session goes back to the pool after a read that completed or was stopped early by the caller; after a
-        failure, or if the replay could not be stopped, its state is unknown and the pool closes it.
-        """
-        archive, self.archive = self.archive, None
-        lease, self.lease = self.lease, None
-        evict = failed
-        try:
-            if archive is not None and self.replay_active and self.replay_session_id is not None:
-                try:
-                    archive.stop_replay(self.replay_session_id)
-                    log.debug(
-                        "stopped replay %d of recording %d at position %d",
-                        self.replay_session_id,
-                        self.recording_id,
-                        self.position,
-                    )
-                except Exception as ex:
-                    evict = True
-                    log.warning("could not stop replay %d of %s: %s", self.replay_session_id, self.where(), ex)
-                self.replay_active = False
-        finally:
-            if self.subscription is not None:
-                # A read-ahead's shared subscription serves its other ranges: it closes it itself.
-                if self.ahead is None or self.subscription is not self.ahead.subscription:
-                    self.subscription.close()
-                self.subscription = None
-            if lease is not None:
-                lease.release(evict=evict)
-            elif evict and self.ahead is not None:
-                self.ahead.mark_failed()
-
-    # ---- fetching ---------------------------------------------------------------------------------------------
-
-    def chunks(self) -> Iterator[tuple[memoryview, int, FrameScan]]:
-        self.connect()
-        # No chunk ever holds more than the range's bytes (or a PAD header past them): a small range allocates,
-        # and zeroes, that much rather than a whole chunk. The header of a PAD longer than what is left of the
-        # chunk always fits in the room kept after it.
-        capacity = min(self.chunk_length, self.limit - self.start)
-        buffer = bytearray(capacity + HEADER_LENGTH)
-        view = memoryview(buffer)
-        fill = 0
-        chunk_position = self.position
-        segment_limit = first_replay_limit(self.partition)
-        continuation = CONTINUATION_LENGTH
-        # Caught up with the replay, a chunk is handed over once it holds this much (or the replay is done or
-        # paused): the decoder's and Spark's costs per batch stay small next to its rows, no small batch is merged.
-        hand_over = max(1, self.chunk_length // 2)
-        cut = False
-        while True:
-            image = self.start_replay(self.position, segment_limit - self.position)
-
-            def on_block(
-                block: memoryview,
-                _session_id: int,
-                term_id: int,
-                bits: int = image.position_bits_to_shift,
-                initial_term_id: int = image.initial_term_id,
-            ) -> None:
-                nonlocal fill, cut
-                term_offset = _TERM_OFFSET.unpack_from(block, TERM_OFFSET_FIELD_OFFSET)[0]
-                block_position = compute_position(term_id, term_offset, bits, initial_term_id)
-                if block_position != self.position:
-                    raise ReplayFetchError(
-                        f"replay delivered frames at position {block_position}, expected "
-                        f"{self.position}, for {self.where()}"
-                    )
-                n = len(block)
-                if fill + n > capacity:
-                    # Only a PAD frame comes whole past the poll's length limit (it may be long, wherever it lies
-                    # in its term): keep its header and end the chunk there, as the ChunkSource contract allows.
-                    if block[TYPE_FIELD_OFFSET] != HDR_TYPE_PAD:
-                        raise ReplayFetchError(
-                            f"replay delivered a {n}-byte block of data frames beyond the "
-                            f"requested length at {self.where()}"
-                        )
-                    view[fill : fill + HEADER_LENGTH] = block[:HEADER_LENGTH]
-                    fill += HEADER_LENGTH
-                    cut = True
-                else:
-                    view[fill : fill + n] = block
-                    fill += n
-                self.position += n
-
-            last_progress = time.monotonic()
-            idle = 0
-            cut = False
-            while self.position < segment_limit:
-                space = min(capacity - fill, self.limit - self.position)
-                got = image.block_poll(on_block, space) if space > 0 else 0
-                if cut:  # a PAD frame was cut short: the next chunk starts after it
-                    if fill > 0:
-                        yield self.as_recorded(view[:fill], chunk_position)
-                    chunk_position, fill, cut = self.position, 0, False
-                    last_progress = time.monotonic()
-                    continue
-                if got > 0:
-                    idle = 0
-                    last_progress = time.monotonic()
-                    self._poll_control(force=False)
-                    continue
-                if fill > 0 and (
-                    fill >= hand_over
-                    or space <= 0
-                    or time.monotonic() - last_progress > HAND_OVER_WAIT_S
-                    or image.is_end_of_stream
-                    or image.is_closed
-                ):
-                    # Enough for a batch, or the buffer is full, or the replay paused or ended: what came so far
-                    # may be all the caller needs (its last message), so a pause or an early end never holds it.
-                    yield self.as_recorded(view[:fill], chunk_position)
-                    chunk_position, fill = self.position, 0
-                    last_progress = time.monotonic()  # time spent by the consumer is not a stall
-                    continue
-                self._poll_control(force=False)
-                if image.is_end_of_stream or image.is_closed:
-                    self._replay_ended_early(image)
-                if time.monotonic() - last_progress > self.timeout_s:
-                    raise ReplayFetchError(f"replay stalled: no data for {self.timeout_s:.1f}s at {self.where()}")
-                idle += 1
-                if idle > IDLE_SPINS:
-                    # The replay is written by another thread or process, a block at a time: spinning on an empty
-                    # image would only take CPU from it (two cores are common), and Python cannot sleep < ~60 us.
-                    time.sleep(IDLE_SLEEP_S if idle < IDLE_LONG_AFTER else IDLE_LONG_SLEEP_S)
-            # This replay sent everything it was asked for and ends by itself.
-            self.replay_active = False
-            image.close()
-            if fill > 0:
-                # Hand over what it sent before replaying on: the caller usually stops here, having its last
-                # message whole (a continuation replay is only for a message fragmented past the bound).
-                yield self.as_recorded(view[:fill], chunk_position)
-                chunk_position, fill = self.position, 0
-            if self.position >= self.limit:
-                break
-            segment_limit = min(self.limit, self.position + continuation)
-            continuation *= 2
-            log.debug(
-                "recording %d: continuing the replay at position %d to %d",
-                self.recording_id,
-                self.position,
-                segment_limit,
-            )
-
-    def as_recorded(self, chunk: memoryview, position: int) -> tuple[memoryview, int, FrameScan]:
-        """`(chunk, position, scan)`, the recording's session id and stream id put back into every frame header
-        (replay rewrote them).
-
-        Chunks then hold the frames exactly as the segment files do (bar a CRC kept in the session id field by
-        recordings made with record checksums), whichever path read them; one vectorised scan and scatter. The
-        scan (`stop_at_padding=False`, exactly `chunk`) goes along, so the decoder does not walk the chunk again.
-        """
-        scan = scan_frames(chunk, 0, len(chunk), stop_at_padding=False)
-        if scan.stop_reason is ScanStop.INCOMPLETE and len(chunk) - scan.stop_offset >= HEADER_LENGTH:
-            offsets = np.append(scan.offsets, scan.stop_offset)  # a PAD frame cut after its header
-            rewrite_session_and_stream(chunk, offsets, self.session_id, self.recording_stream_id)
-        else:  # strided stores when the frames are one fixed length (4 MiB of 1 KiB messages: 24 us, not 92)
-            rewrite_scan_session_and_stream(chunk, scan, self.session_id, self.recording_stream_id)
-        return chunk, position, scan
-
-    def _replay_ended_early(self, image: Image) -> None:
-        """The replay image went away before the requested range: report the archive's reason if it sends one."""
-        self.replay_active = False
-        deadline = time.monotonic() + ERROR_GRACE_S
-        while time.monotonic() < deadline:
-            self._poll_control(force=True)
-            time.sleep(0.01)
-        state = "ended (end of stream)" if image.is_end_of_stream else "closed"
-        raise ReplayFetchError(
-            f"replay image {state} before the requested range was delivered, at {self.where()}; "
-            "the archive may have stopped, or the recording been truncated"
-        )
+        held = self._spans.get(id(partition))
+        span = held[1] if held is not None and held[0] is partition else replay_span(partition)
+        return self._reader.read(span)

@@ -20,10 +20,8 @@ from typing import Any
 
 from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
 from aeron_archive_spark.archive.client.connection import ConnectionOptions
+from aeron_archive_spark.archive.client.replay import ReplayReader, ReplaySpan, read_messages
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
-from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts, RunningArchive
-from aeron_archive_spark.archive.tables.read import read_batches
-from aeron_archive_spark.archive.tables.schema import row_schema
 from aeron_archive_spark.connector.sink.batch_map import BatchEntry
 from aeron_archive_spark.connector.sink.errors import SinkError
 from aeron_archive_spark.connector.sink.log_identity import (
@@ -38,6 +36,9 @@ from aeron_archive_spark.connector.sink.log_records import decode_record
 from aeron_archive_spark.connector.sink.log_state import LogState
 
 # -- finding and reading ---------------------------------------------------------------------------------------------
+
+# A log's records are a few hundred bytes; a snapshot a few MiB at most. Chunks of this size read either in a few.
+LOG_CHUNK_LENGTH = 1024 * 1024
 
 
 def find_logs(archive: AeronArchive, key: str | None = None) -> list[RecordingDescriptor]:
@@ -69,11 +70,19 @@ def read_records(
     """The records of a log recording in `[start, stop)`, replayed from the archive (no shared disk needed)."""
     if stop <= start:
         return
-    read_range = ReadRange(0, RecordingFacts.of(descriptor), start, stop, stop, RunningArchive(connection))
+    span = ReplaySpan(
+        connection=connection,
+        recording_id=descriptor.recording_id,
+        session_id=descriptor.session_id,
+        stream_id=descriptor.stream_id,
+        term_length=descriptor.term_buffer_length,
+        start=start,
+        end=stop,
+        limit=stop,
+    )
     where = f"sink log recording {descriptor.recording_id}"
-    for batch in read_batches(read_range, row_schema(None), None):
-        for value in batch.column("value").to_pylist():
-            yield decode_record(value, where)
+    for _position, value in read_messages(ReplayReader(LOG_CHUNK_LENGTH), span):
+        yield decode_record(value, where)
 
 
 def read_state(

@@ -2,7 +2,7 @@
 
 One archive (its own embedded media driver, in this process) holds `--recordings` stopped recordings of
 `--rows-per` messages of `--payload` bytes, and one recording of all those messages. Each small recording is then
-replayed through the archive the way `archive.tables.replay_chunks` does it (StartReplay request on a control
+replayed through the archive the way `archive.client.replay` does it (StartReplay request on a control
 session, then a session-filtered IPC subscription, block polls until the replay's end), one after the other, and
 the phases of each are timed:
 
@@ -115,7 +115,7 @@ def _trace_events() -> None:
 
 
 def replay_once(archive: Any, recording_id: int, length: int) -> dict[str, float]:
-    """One replay of `[0, length)` as replay_chunks does it; phase durations in ms."""
+    """One replay of `[0, length)` as the replay reader does it; phase durations in ms."""
     client = archive.aeron
     _events.clear()
     t0 = time.perf_counter_ns()

@@ -21,7 +21,8 @@ from aeron_archive_spark.archive.storage.frames import (
 )
 from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
 from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts, RunningArchive
-from aeron_archive_spark.archive.tables.replay_chunks import ReplayChunkSource, ReplayFetchError
+from aeron_archive_spark.archive.client.replay import ReplayFetchError
+from aeron_archive_spark.archive.tables.replay_chunks import ReplayChunkSource
 
 _FRAME = struct.Struct("<iBBH")
 

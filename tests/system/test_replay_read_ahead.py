@@ -1,5 +1,6 @@
-"""Small ranges read through a real archive with their replays asked for ahead (`ReplayReadAhead`), and the
-archive's side of it: replay requests answered out of line while their publications are added."""
+"""Small ranges read through a real archive with their replays asked for ahead (`client.replay.read_ahead`), the
+requests sent without waiting and their answers matched by correlation id (`ControlResponses`), and the archive's
+side of it: replay requests answered out of line while their publications are added."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ import pytest
 from system.harness import Harness, payloads_of, wait_for
 from system.test_replay_fetch import connection, partition, record_stopped
 
-from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
 from aeron_archive_spark.archive.client.connection import REPLAY_STREAM_ID_DEFAULT
+from aeron_archive_spark.archive.client.replay import ControlResponses
+from aeron_archive_spark.archive.client.replay.read_ahead import PRIVATE_STREAM_ID_MIN
+from aeron_archive_spark.archive.codecs import messages as m
 from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
 from aeron_archive_spark.archive.native import AeronClient
 from aeron_archive_spark.archive.tables.read import read_ranges
 from aeron_archive_spark.archive.tables.replay_chunks import ReplayChunkSource
-from aeron_archive_spark.archive.tables.replay_read_ahead import PRIVATE_STREAM_ID_MIN
 from aeron_archive_spark.archive.tables.schema import row_schema
 
 CHANNELS = ["aeron:ipc", "aeron:udp?endpoint=localhost:0"]
@@ -76,14 +78,14 @@ def no_replays_left(h: Harness) -> bool:
 def requests_sent_ahead(monkeypatch) -> list[int]:
     """Counts the replay requests sent without waiting."""
     sent: list[int] = []
-    original = AeronArchive.send_replay_request
+    original = ControlResponses.send_replay
 
     def counting(self, *args, **kwargs):
         correlation_id = original(self, *args, **kwargs)
         sent.append(correlation_id)
         return correlation_id
 
-    monkeypatch.setattr(AeronArchive, "send_replay_request", counting)
+    monkeypatch.setattr(ControlResponses, "send_replay", counting)
     return sent
 
 
@@ -147,31 +149,35 @@ def test_replay_requests_sent_ahead_are_each_answered_on_one_control_session(har
     blocking the conductor), and a refusal answers only its own request."""
     recordings = small_recordings(harness, 5, 3305)
     client = harness.client
+    responses = ControlResponses(client)
     channel, stream_id = "aeron:ipc", 7702
-    sent = [client.send_replay_request(d.recording_id, d.start_position, d.stop_position - d.start_position,
-                                       channel, stream_id) for d, _ in recordings]
-    bad = client.send_replay_request(10_000, 0, 64, channel, stream_id)
+    sent = [responses.send_replay(d.recording_id, d.start_position, d.stop_position - d.start_position,
+                                  channel, stream_id) for d, _ in recordings]
+    bad = responses.send_replay(10_000, 0, 64, channel, stream_id)
     answers: dict[int, int] = {}
     refusal: ArchiveError | None = None
     deadline = time.monotonic() + 10
     while (len(answers) < len(sent) or refusal is None) and time.monotonic() < deadline:
         for correlation_id in sent:
             if correlation_id not in answers:
-                answer = client.poll_replay_response(correlation_id)
+                answer = responses.answer(correlation_id)
                 if answer is not None:
                     answers[correlation_id] = answer
         if refusal is None:
             try:
-                client.poll_replay_response(bad)
+                responses.answer(bad)
             except ArchiveError as ex:
                 refusal = ex
         time.sleep(0.001)
     assert len(answers) == len(sent)
     assert len(set(answers.values())) == len(sent)
     assert refusal is not None and refusal.error_code == ErrorCode.UNKNOWN_RECORDING
-    assert client.awaited_answers == 0
+    assert responses.awaited == len(sent)  # answered replays stay filed (for a later failure) until released
     with pytest.raises(KeyError):
-        client.poll_replay_response(bad)
+        responses.answer(bad)  # an error answer ends its request
+    for correlation_id in sent:
+        responses.release(correlation_id)
+    assert responses.awaited == 0
     # Each replay delivers its recording to a subscriber of its session.
     for (d, payloads), correlation_id in zip(recordings, sent, strict=True):
         session_id = answers[correlation_id] & 0xFFFFFFFF
@@ -196,16 +202,19 @@ def _poll_into(subscription, got: list[bytes]) -> int:
 def test_stop_all_replays_also_answers_replays_still_being_set_up(harness):
     recordings = small_recordings(harness, 3, 3306)
     client = harness.client
-    sent = [client.send_replay_request(d.recording_id, d.start_position, d.stop_position - d.start_position,
-                                       "aeron:ipc", 7703) for d, _ in recordings]
-    client.stop_all_replays()
+    responses = ControlResponses(client)
+    sent = [responses.send_replay(d.recording_id, d.start_position, d.stop_position - d.start_position,
+                                  "aeron:ipc", 7703) for d, _ in recordings]
+    # Sent as the replay requests were, so that its wait does not drop their answers (a synchronous call would).
+    stop_all = responses.send(lambda ids: m.StopAllReplaysRequest.of(**ids, recording_id=-1))
+    assert responses.await_answer(stop_all, 10) is not None
     # Every request is answered, OK (set up before the stop, then stopped) or refused (stopped while set up).
     deadline = time.monotonic() + 10
     pending = set(sent)
     while pending and time.monotonic() < deadline:
         for correlation_id in list(pending):
             try:
-                if client.poll_replay_response(correlation_id) is not None:
+                if responses.answer(correlation_id) is not None:
                     pending.discard(correlation_id)
             except ArchiveError as ex:
                 assert "stop all replays" in str(ex)
@@ -247,7 +256,6 @@ _KILLED_READER = r"""
 import json, sys, time
 from aeron_archive_spark.archive.native import AeronClient
 from aeron_archive_spark.archive.tables.replay_chunks import ReplayChunkSource
-from aeron_archive_spark.archive.tables.replay_read_ahead import PRIVATE_STREAM_ID_MIN
 from aeron_archive_spark.connector.source.batch_reader import AeronArchiveBatchReader
 from aeron_archive_spark.connector.source.schema import FIXED_FIELDS
 
@@ -319,7 +327,7 @@ def test_on_ipc_with_the_default_stream_id_one_subscription_on_a_stream_of_its_o
     recordings = small_recordings(harness, 8, 3312)
     streams: list[int] = []
     per_replay: list[str] = []
-    original_send = AeronArchive.send_replay_request
+    original_send = ControlResponses.send_replay
     original_async = AeronClient.async_add_subscription
 
     def send(self, recording_id, position, length, channel, stream_id):
@@ -330,7 +338,7 @@ def test_on_ipc_with_the_default_stream_id_one_subscription_on_a_stream_of_its_o
         per_replay.append(channel)
         return original_async(self, channel, stream_id)
 
-    monkeypatch.setattr(AeronArchive, "send_replay_request", send)
+    monkeypatch.setattr(ControlResponses, "send_replay", send)
     monkeypatch.setattr(AeronClient, "async_add_subscription", async_add)
     conn = connection(harness, "aeron:ipc", replay_stream_id=REPLAY_STREAM_ID_DEFAULT)
     ranges = whole_ranges(recordings, conn)

@@ -1,16 +1,17 @@
-"""Read-ahead for small ranges read through an archive: their replays asked for before they are consumed.
+"""Read-ahead for small spans read through an archive: their replays asked for before they are consumed.
 
 A partition of many small recordings (packed by `archive.tables.planning.pack_ranges`) read one replay after the
 other pays each replay's set-up in full, one round trip after another: a control session leased, a subscription
-added and its port resolved, the request and its answer, the image, the close; about 2 ms per range, almost all
-of it waiting. `ReplayReadAhead` keeps several replays in flight instead. It leases one control session and binds
-one replay subscription for all of a partition's small ranges, sends the next ranges' replay requests without
-waiting for their answers (`AeronArchive.send_replay_request`), and hands each range, when its turn comes, the
-replay that is by then set up and usually already sent. The archive serves the requests in order on that session;
-the ranges are still decoded strictly in order, each from its own image.
+added and its port resolved, the request and its answer, the image, the close; about 2 ms per span, almost all
+of it waiting. `ReplayReadAhead` keeps several replays in flight instead, as Java's asynchronous client allows. It
+leases one control session and binds one replay subscription for all of a partition's small spans, sends the next
+spans' replay requests without waiting for their answers (`ControlResponses`, which matches each answer to its
+request by correlation id), and hands each span, when its turn comes, the replay that is by then set up and usually
+already sent. The archive serves the requests in order on that session; the spans are still read strictly in
+order, each from its own image.
 
-Which ranges: those whose first replay (`first_replay_limit`) is at most `READ_AHEAD_MAX_BYTES`. One subscription
-serves them all where this reader can have a place of its own:
+Which spans: those whose first replay (`ReplaySpan.first_replay_limit`) is at most `READ_AHEAD_MAX_BYTES`. One
+subscription serves them all where this reader can have a place of its own:
 - on a replay channel with a wildcard UDP port (`endpoint=host:0`, the default `aeron:udp?endpoint=localhost:0`,
   and the cluster's `0.0.0.0:0`): the port is this reader's alone;
 - on IPC with the default `replayStreamId`: the replays go to a stream id of this reader's own, drawn at random
@@ -20,14 +21,14 @@ Every image there is then one of this reader's replays, told apart by session id
 the replay starts, so the archive sends at once. Elsewhere (IPC with a `replayStreamId` of the user's choice, a
 fixed UDP port), a subscription without a session filter would also join other readers' replays and hold them
 back, so each replay gets its own, filtered by its session id: its add is started as soon as the replay's
-answer is seen (`async_add_subscription`), and the range takes it over, already added, when its turn comes; the
+answer is seen (`async_add_subscription`), and the span takes it over, already added, when its turn comes; the
 replay waits for it (as for any client that subscribes after the OK, within the archive's connect timeout).
 
 How much is in flight: at most `READ_AHEAD_REPLAYS` replays, and at most `READ_AHEAD_LOG_BYTES` of log buffers
 (three terms of the recording's term length, on each side of the hop): recordings with large terms get fewer
 replays ahead, never fewer than one.
 
-Failure: an error answer to a request sent ahead is not reported here; the range then asks again the usual way,
+Failure: an error answer to a request sent ahead is not reported here; the span then asks again the usual way,
 which fails with the full description if the archive still refuses. If the archive's concurrent replay limit
 refused it (other readers share the limit), the replays asked for ahead of it are stopped and asked for again
 later, the number asked for ahead is halved (growing back by one after each window's worth of ranges read without
@@ -53,25 +54,25 @@ from aeron_archive_spark.archive.channel import ChannelUri, add_session_id
 from aeron_archive_spark.archive.client.connection import REPLAY_STREAM_ID_DEFAULT
 from aeron_archive_spark.archive.client.host import localize_channel
 from aeron_archive_spark.archive.client.pool import ArchiveLease, ConnectionPool
+from aeron_archive_spark.archive.client.replay.responses import (
+    ANSWER_WAIT_SLEEP_S,
+    ANSWER_WAIT_YIELDS,
+    ControlResponses,
+)
+from aeron_archive_spark.archive.client.replay.span import ReplaySpan, has_wildcard_port
 from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
 from aeron_archive_spark.archive.native import NativeAeronError
 from aeron_archive_spark.archive.storage.frames import to_int32
-from aeron_archive_spark.archive.tables.ranges import RunningArchive
 
 if TYPE_CHECKING:
-    from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
     from aeron_archive_spark.archive.client.connection import ConnectionOptions
     from aeron_archive_spark.archive.native import PendingSubscription, Subscription
-    from aeron_archive_spark.archive.tables.ranges import ReadRange
 
 log = logging.getLogger(__name__)
 
-# Replayed beyond the partition end up front, so a modest fragmented message ending past `end` needs no second
-# replay; small next to a partition, and never past `limit`.
-SLACK = 64 * 1024
 # At most this many replays asked for ahead of the one being read.
 READ_AHEAD_REPLAYS = 8
-# A range is read ahead only if its first replay is at most this long: small ranges, whose set-up outweighs them.
+# A span is read ahead only if its first replay is at most this long: small ranges, whose set-up outweighs them.
 READ_AHEAD_MAX_BYTES = 1024 * 1024
 # At most this much log buffer (3 terms per replay, counted once) in flight for replays asked for ahead.
 READ_AHEAD_LOG_BYTES = 64 * 1024 * 1024
@@ -80,23 +81,11 @@ READ_AHEAD_LOG_BYTES = 64 * 1024 * 1024
 UNSUBSCRIBED_STALE_S = 1.0
 # Refused by the archive's concurrent replay limit: wait this long before asking again (up to the message timeout).
 LIMIT_RETRY_SLEEP_S = 0.005
-# Waiting for an answer: sleep between polls once the first few found nothing.
-ANSWER_WAIT_YIELDS = 3
-ANSWER_WAIT_SLEEP_S = 0.0001
+# Waiting for an abandoned subscription's add to settle: sleep between polls.
+SETTLE_SLEEP_S = 0.0001
 # A read-ahead's own IPC replay stream id is drawn from [PRIVATE_STREAM_ID_MIN, 2**31): far from the small stream
 # ids applications choose; two readers on one media driver draw the same one with odds ~k**2 / 2**31.
 PRIVATE_STREAM_ID_MIN = 1 << 30
-
-
-def first_replay_limit(partition: ReadRange) -> int:
-    """Where a range's first replay ends: `SLACK` past its end (at least one frame past its start), capped at its
-    limit. Both the read-ahead and the reader itself ask for exactly this."""
-    return min(partition.limit, max(partition.end, partition.start + 32) + SLACK)
-
-
-def has_wildcard_port(channel: str) -> bool:
-    uri = ChannelUri.parse(channel)
-    return uri.is_udp and (uri.get("endpoint") or "").endswith(":0")
 
 
 def private_replay_stream_id() -> int:
@@ -106,10 +95,10 @@ def private_replay_stream_id() -> int:
 
 @dataclass
 class _Requested:
-    """A replay asked for ahead: its range, its length, the request's correlation id and, once answered, the
+    """A replay asked for ahead: its span, its length, the request's correlation id and, once answered, the
     replaySessionId (None while unanswered, -1 if refused; `refused_for_limit`: by the concurrent replay limit)."""
 
-    range: ReadRange
+    span: ReplaySpan
     length: int
     correlation_id: int
     replay_session_id: int | None = None
@@ -120,21 +109,21 @@ class _Requested:
 
 
 class ReplayReadAhead:
-    """Replays of a partition's small ranges, asked for ahead (see the module docstring). One reader thread."""
+    """Replays of a partition's small spans, asked for ahead (see the module docstring). One reader thread."""
 
     def __init__(
         self,
-        ranges: Sequence[ReadRange],
+        spans: Sequence[ReplaySpan],
         pool: ConnectionPool,
         max_replays: int = READ_AHEAD_REPLAYS,
         max_log_bytes: int = READ_AHEAD_LOG_BYTES,
     ) -> None:
-        """`ranges`: the partition's ranges in reading order; those not read ahead are left to the caller."""
-        self._pending: deque[ReadRange] = deque(r for r in ranges if self.covers(r))
-        first = self._pending[0].location if self._pending else None
-        self._pending = deque(r for r in self._pending if r.location == first)
-        self.connection: ConnectionOptions | None = first.connection if isinstance(first, RunningArchive) else None
-        self._held = {id(r) for r in self._pending}  # ranges not yet handed out (by identity: ranges may be equal)
+        """`spans`: the partition's spans in reading order; those not read ahead (large, or of another archive
+        than the first small one) are left to the caller."""
+        self._pending: deque[ReplaySpan] = deque(s for s in spans if self.covers(s))
+        self.connection: ConnectionOptions | None = self._pending[0].connection if self._pending else None
+        self._pending = deque(s for s in self._pending if s.connection == self.connection)
+        self._held = {id(s) for s in self._pending}  # spans not yet handed out (by identity: spans may be equal)
         self._pool = pool
         self._max_replays = max(1, max_replays)
         self._window_cap = self._max_replays
@@ -144,7 +133,7 @@ class ReplayReadAhead:
         self._abandoned: list[PendingSubscription] = []  # subscriptions to close when their add completes
         self.shared_subscription = False  # one subscription for every replay (see the module docstring)
         self._lease: ArchiveLease | None = None
-        self.archive: AeronArchive | None = None
+        self.responses: ControlResponses | None = None
         self.subscription: Subscription | None = None
         self.channel = ""
         self.request_channel = ""
@@ -152,73 +141,79 @@ class ReplayReadAhead:
         self._failed = False
 
     @staticmethod
-    def covers(partition: ReadRange) -> bool:
-        """Whether this range is one to read ahead: read through an archive, and small."""
-        if not isinstance(partition.location, RunningArchive) or partition.start >= partition.limit:
-            return False
-        return first_replay_limit(partition) - partition.start <= READ_AHEAD_MAX_BYTES
+    def covers(span: ReplaySpan) -> bool:
+        """Whether this span is one to read ahead: small."""
+        return span.start < span.limit and span.first_replay_limit() - span.start <= READ_AHEAD_MAX_BYTES
 
     def __len__(self) -> int:
-        """Ranges still to be handed out: asked for, or not yet."""
+        """Spans still to be handed out: asked for, or not yet."""
         return len(self._pending) + len(self._in_flight)
 
-    def holds(self, partition: ReadRange) -> bool:
-        return id(partition) in self._held
+    def holds(self, span: ReplaySpan) -> bool:
+        return id(span) in self._held
+
+    @property
+    def _timeout_s(self) -> float:
+        return self.connection.message_timeout_ms / 1000.0 if self.connection is not None else 5.0
 
     # ---- connection -------------------------------------------------------------------------------------------
 
-    def open(self, resolve_timeout_s: float) -> None:
-        """Lease the control session and bind the replay port (once). Raises what leasing or binding raises;
-        `ArchiveConnectError` when the archive cannot be reached, `TimeoutError` when the port is not bound."""
-        if self.archive is not None:
-            return
+    def open(self, resolve_timeout_s: float) -> ControlResponses:
+        """Lease the control session and bind the replay port (once); returns the session's `ControlResponses`,
+        which the spans read share. Raises what leasing or binding raises; `ArchiveConnectError` when the archive
+        cannot be reached, `TimeoutError` when the port is not bound."""
+        if self.responses is not None:
+            return self.responses
         assert self.connection is not None, "nothing to read ahead"
         connection = self.connection
         self._lease = self._pool.archive(connection, purpose="replay")
-        self.archive = self._lease.acquire()
+        archive = self._lease.acquire()
+        responses = self.responses = ControlResponses(archive)
         self.channel = localize_channel(connection.replay_channel, connection.control_channel)
         self.stream_id = connection.replay_stream_id
         self.request_channel = self.channel
         if ChannelUri.parse(self.channel).is_ipc and self.stream_id == REPLAY_STREAM_ID_DEFAULT:
             self.stream_id = private_replay_stream_id()
             self.shared_subscription = True
-            self.subscription = self.archive.aeron.add_subscription("aeron:ipc", self.stream_id)
-            return
+            self.subscription = archive.aeron.add_subscription("aeron:ipc", self.stream_id)
+            return responses
         if not has_wildcard_port(self.channel):
-            return  # each range subscribes to its own replay (see the module docstring)
+            return responses  # each span subscribes to its own replay (see the module docstring)
         self.shared_subscription = True
-        self.subscription = self.archive.aeron.add_subscription(self.channel, self.stream_id)
+        self.subscription = archive.aeron.add_subscription(self.channel, self.stream_id)
         resolved = self.subscription.try_resolve_channel_endpoint_port(timeout_s=resolve_timeout_s)
         if resolved is None:
             raise TimeoutError(f"the port of replay channel {self.channel} was not bound within {resolve_timeout_s}s")
         self.request_channel = resolved
+        return responses
 
     # ---- handing out -----------------------------------------------------------------------------------------
 
     def take(
-        self, partition: ReadRange, position: int, length: int, timeout_s: float
-    ) -> tuple[int, Subscription | None] | None:
-        """`partition`'s replay of `[position, position + length)`, asked for ahead, or None if it was not (the
-        caller then asks itself): its replaySessionId, and without a shared subscription the subscription to it,
-        which the caller then owns (None on a shared subscription: the read-ahead's `subscription`). Ranges before
-        it that were never taken are given up (their replays stopped). Asks for the next ranges before it returns,
-        so they are set up while this one is read.
+        self, span: ReplaySpan, position: int, length: int, timeout_s: float
+    ) -> tuple[int, int, Subscription | None] | None:
+        """`span`'s replay of `[position, position + length)`, asked for ahead, or None if it was not (the caller
+        then asks itself): `(replay_session_id, correlation_id, subscription)`, the replay watched from now on
+        (see `ControlResponses.watch`); without a shared subscription the subscription to it, which the caller
+        then owns (None on a shared subscription: the read-ahead's `subscription`). Spans before it that were
+        never taken are given up (their replays stopped). Asks for the next spans before it returns, so they are
+        set up while this one is read.
         """
-        if not self.holds(partition):
+        if not self.holds(span):
             return None
-        while self._in_flight and self._in_flight[0].range is not partition:
+        while self._in_flight and self._in_flight[0].span is not span:
             self._give_up(self._in_flight.popleft())
         while self._pending and not self._in_flight:
             head = self._pending[0]
-            if head is partition:
+            if head is span:
                 break
             self._held.discard(id(self._pending.popleft()))
         if not self._in_flight:
-            self._request_more(partition)
+            self._request_more(span)
         requested = self._in_flight.popleft()
-        self._held.discard(id(requested.range))
+        self._held.discard(id(requested.span))
         self._request_more(None)
-        if requested.range is not partition or position != partition.start or length != requested.length:
+        if requested.span is not span or position != span.start or length != requested.length:
             self._give_up(requested)
             return None
         deadline = time.monotonic() + timeout_s
@@ -234,17 +229,17 @@ class ReplayReadAhead:
                 self._back_off()
             # Replays this reader finished or stopped free their places within a few of the archive's duty cycles.
             time.sleep(LIMIT_RETRY_SLEEP_S)
-            requested = self._send(partition)
-        assert self.archive is not None
-        failed = self.archive.heed(requested.correlation_id)  # its errors are the reader's from now on
+            requested = self._send(span)
+        assert self.responses is not None
+        failed = self.responses.watch(requested.correlation_id)  # its failures are the reader's from now on
         if failed is not None:  # it failed before its turn (truncated, purged, not connected in time): ask again
-            log.debug("replay of recording %d asked for ahead failed: %s; asking again", partition.recording_id, failed)
-            self._give_up(requested)
+            log.debug("replay of recording %d asked for ahead failed: %s; asking again", span.recording_id, failed)
+            self._give_up(requested, failed=True)
             return None
         self._grow()
         self._subscribe_answered()
         if self.shared_subscription:
-            return replay_session_id, None
+            return replay_session_id, requested.correlation_id, None
         if requested.subscribed is None and time.monotonic() - requested.sent_at > UNSUBSCRIBED_STALE_S:
             # Left without a subscriber this long (the consumer paused), the replay may have failed its connect
             # timeout in the archive: ask again rather than wait for an image that may never come.
@@ -254,10 +249,10 @@ class ReplayReadAhead:
         if subscription is None:
             self._give_up(requested)
             return None
-        return replay_session_id, subscription
+        return replay_session_id, requested.correlation_id, subscription
 
     def _grow(self) -> None:
-        """One more replay asked for ahead after a window's worth of ranges taken without a refusal (to the cap)."""
+        """One more replay asked for ahead after a window's worth of spans taken without a refusal (to the cap)."""
         if self._max_replays >= self._window_cap:
             return
         self._taken_since_back_off += 1
@@ -266,17 +261,13 @@ class ReplayReadAhead:
             self._taken_since_back_off = 0
 
     def _subscribe_answered(self) -> None:
-        """No shared subscription: collect the answers that came for the replays in flight and start adding each one's
-        own subscription, so it is there (and the replay under way) when its turn comes."""
-        if self.shared_subscription or self.archive is None:
+        """No shared subscription: collect the answers that came for the replays in flight and start adding each
+        one's own subscription, so it is there (and the replay under way) when its turn comes."""
+        if self.shared_subscription or self.responses is None:
             return
         for requested in self._in_flight:
             if requested.replay_session_id is None:
-                try:
-                    requested.replay_session_id = self.archive.poll_replay_response(requested.correlation_id)
-                except ArchiveError as ex:
-                    requested.refused_for_limit = ex.error_code == ErrorCode.MAX_REPLAYS
-                    requested.replay_session_id = -1
+                self._collect_answer(requested)
             if requested.replay_session_id is not None and requested.replay_session_id >= 0:
                 self._start_subscribing(requested)
             if requested.subscribing is not None and requested.subscribed is None:
@@ -289,12 +280,12 @@ class ReplayReadAhead:
             self._settle(pending)
 
     def _start_subscribing(self, requested: _Requested) -> None:
-        if requested.subscribing is not None or self.shared_subscription or self.archive is None:
+        if requested.subscribing is not None or self.shared_subscription or self.responses is None:
             return
         assert requested.replay_session_id is not None
         channel = add_session_id(self.channel, to_int32(requested.replay_session_id))
         try:
-            requested.subscribing = self.archive.aeron.async_add_subscription(channel, self.stream_id)
+            requested.subscribing = self.responses.archive.aeron.async_add_subscription(channel, self.stream_id)
         except NativeAeronError as ex:
             log.debug("could not start subscribing to %s ahead: %s", channel, ex)
 
@@ -330,7 +321,7 @@ class ReplayReadAhead:
         self._settle(pending)
 
     def _settle(self, pending: PendingSubscription) -> None:
-        """Poll an abandoned add once; forget it once the driver answered (the subscription was closed then)."""
+        """Poll an abandoned add once; drop it once the driver answered (the subscription was closed then)."""
         with contextlib.suppress(NativeAeronError):  # a refused add has nothing to close
             pending.poll()
         if pending.is_done:
@@ -340,31 +331,30 @@ class ReplayReadAhead:
             self._abandoned.append(pending)
 
     def _back_off(self) -> None:
-        """The archive's concurrent replay limit was reached: stop what was asked for ahead and put those ranges
+        """The archive's concurrent replay limit was reached: stop what was asked for ahead and put those spans
         back, and halve how many replays are asked for ahead (it grows again by one after each window's worth of
-        ranges read without a refusal: other readers share the limit, and their reads end)."""
+        spans read without a refusal: other readers share the limit, and their reads end)."""
         self._max_replays = max(1, self._max_replays // 2)
         self._taken_since_back_off = 0
         back = []
         while self._in_flight:
             requested = self._in_flight.pop()
             self._give_up(requested)
-            back.append(requested.range)
+            back.append(requested.span)
         self._pending.extendleft(back)  # popped last first, so this restores the order
-        self._held.update(id(r) for r in back)
+        self._held.update(id(s) for s in back)
         log.info(
             "the archive's concurrent replay limit was reached: now at most %d replays asked for ahead",
             self._max_replays,
         )
 
-    def _request_more(self, must: ReadRange | None) -> None:
-        """Ask for replays of the next ranges while the window and the log budget allow (`must`: at least that
+    def _request_more(self, must: ReplaySpan | None) -> None:
+        """Ask for replays of the next spans while the window and the log budget allow (`must`: at least that
         one, whatever the budget)."""
-        assert self.archive is not None
-        log_bytes = sum(3 * q.range.recording.term_length for q in self._in_flight)
+        log_bytes = sum(3 * q.span.term_length for q in self._in_flight)
         while self._pending and len(self._in_flight) < self._max_replays:
             candidate = self._pending[0]
-            cost = 3 * candidate.recording.term_length
+            cost = 3 * candidate.term_length
             if candidate is not must and self._in_flight and log_bytes + cost > self._max_log_bytes:
                 return
             self._pending.popleft()
@@ -373,62 +363,66 @@ class ReplayReadAhead:
             if candidate is must:
                 must = None
 
-    def _send(self, partition: ReadRange) -> _Requested:
-        assert self.archive is not None
-        length = first_replay_limit(partition) - partition.start
-        correlation_id = self.archive.send_replay_request(
-            partition.recording_id, partition.start, length, self.request_channel, self.stream_id
+    def _send(self, span: ReplaySpan) -> _Requested:
+        assert self.responses is not None
+        length = span.first_replay_limit() - span.start
+        correlation_id = self.responses.send_replay(
+            span.recording_id, span.start, length, self.request_channel, self.stream_id
         )
-        return _Requested(partition, length, correlation_id, sent_at=time.monotonic())
+        return _Requested(span, length, correlation_id, sent_at=time.monotonic())
+
+    def _collect_answer(self, requested: _Requested) -> int | None:
+        """File the answer to `requested` if it came (one poll) and return it: its replay session id, or -1 if
+        refused; None while unanswered."""
+        assert self.responses is not None
+        try:
+            requested.replay_session_id = self.responses.answer(requested.correlation_id)
+        except ArchiveError as ex:
+            requested.refused_for_limit = ex.error_code == ErrorCode.MAX_REPLAYS
+            log.debug(
+                "replay of recording %d asked for ahead was refused (%s); asking again", requested.span.recording_id, ex
+            )
+            requested.replay_session_id = -1
+        return requested.replay_session_id
 
     def _await_answer(self, requested: _Requested, timeout_s: float) -> int | None:
         """The replaySessionId answered for `requested`; -1 if the archive refused it (logged), None if no answer
         came in time (the caller then asks itself, and fails with the full description if the archive is gone)."""
-        if requested.replay_session_id is not None:
-            return requested.replay_session_id
-        assert self.archive is not None
         deadline = time.monotonic() + timeout_s
         polls = 0
-        while True:
-            try:
-                answer = self.archive.poll_replay_response(requested.correlation_id)
-            except ArchiveError as ex:
-                requested.refused_for_limit = ex.error_code == ErrorCode.MAX_REPLAYS
-                log.debug(
-                    "replay of recording %d asked for ahead was refused (%s); asking again",
-                    requested.range.recording_id,
-                    ex,
-                )
-                requested.replay_session_id = -1
-                return -1
+        answer = requested.replay_session_id
+        while answer is None:
+            answer = self._collect_answer(requested)
             if answer is not None:
-                requested.replay_session_id = answer
-                return answer
+                break
             if time.monotonic() > deadline:
-                self.archive.forget(requested.correlation_id)
+                assert self.responses is not None
+                self.responses.release(requested.correlation_id)
                 self._failed = True  # an answer may still come and start a replay nobody reads: end the session
                 return None
             polls += 1
             time.sleep(0 if polls <= ANSWER_WAIT_YIELDS else ANSWER_WAIT_SLEEP_S)
+        return answer
 
-    def _give_up(self, requested: _Requested) -> None:
-        """Stop a replay asked for ahead that will not be read (its answer awaited first, to know its id)."""
-        self._held.discard(id(requested.range))
+    def _give_up(self, requested: _Requested, failed: bool = False) -> None:
+        """Stop a replay asked for ahead that will not be read (its answer awaited first, to know its id);
+        `failed`: the archive already ended it, nothing to stop."""
+        self._held.discard(id(requested.span))
         if requested.subscribing is not None:
             self._abandon(requested.subscribing)
             requested.subscribing = None
-        if self.archive is None:
+        if self.responses is None:
             return
-        timeout_s = self.connection.message_timeout_ms / 1000.0 if self.connection is not None else 5.0
-        replay_session_id = self._await_answer(requested, timeout_s)
+        replay_session_id = None if failed else self._await_answer(requested, self._timeout_s)
+        self.responses.release(requested.correlation_id)  # stopped on purpose: whatever else comes is dropped
         if replay_session_id is None or replay_session_id < 0:
             return
         try:
-            self.archive.stop_replay(replay_session_id)
+            self.responses.stop_replay(replay_session_id, self._timeout_s)
         except Exception as ex:
             self._failed = True
             log.warning(
-                "could not stop replay %d of recording %d: %s", replay_session_id, requested.range.recording_id, ex
+                "could not stop replay %d of recording %d: %s", replay_session_id, requested.span.recording_id, ex
             )
 
     def mark_failed(self) -> None:
@@ -450,18 +444,16 @@ class ReplayReadAhead:
             for requested in self._in_flight:
                 if requested.subscribing is not None:
                     self._abandon(requested.subscribing)
-                if failed and self.archive is not None:
-                    self.archive.forget(requested.correlation_id)
             self._in_flight.clear()
             deadline = time.monotonic() + 1.0  # the driver answers adds within a millisecond or so
             while self._abandoned and time.monotonic() < deadline:
                 for pending in list(self._abandoned):
                     self._settle(pending)
-                time.sleep(ANSWER_WAIT_SLEEP_S)
+                time.sleep(SETTLE_SLEEP_S)
             self._abandoned.clear()  # any left are closed with the client
             subscription, self.subscription = self.subscription, None
             lease, self._lease = self._lease, None
-            self.archive = None
+            self.responses = None
             if subscription is not None:
                 subscription.close()
             if lease is not None:
