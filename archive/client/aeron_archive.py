@@ -8,7 +8,6 @@ meanwhile go to `recording_signal_consumer`; an ERROR raises `ArchiveError` with
 from __future__ import annotations
 
 import logging
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -21,32 +20,26 @@ from aeron_archive_spark.archive.channel import (
     initial_position_params,
 )
 from aeron_archive_spark.archive.client.archive_proxy import ArchiveProxy
+from aeron_archive_spark.archive.client.async_connect import AsyncConnect, Connected
 from aeron_archive_spark.archive.client.connection import default_aeron_dir
-from aeron_archive_spark.archive.codecs import CodecError, Message, load_archive_codec
+from aeron_archive_spark.archive.client.response_poller import DescriptorMessage, ResponsePoller
+from aeron_archive_spark.archive.codecs import Message
 from aeron_archive_spark.archive.codecs import messages as m
 from aeron_archive_spark.archive.codecs import templates as t
 from aeron_archive_spark.archive.constants import (
     CONTROL_CHANNEL_DEFAULT,
-    CONTROL_MTU_LENGTH_DEFAULT,
     CONTROL_RESPONSE_CHANNEL_DEFAULT,
     CONTROL_RESPONSE_STREAM_ID_DEFAULT,
     CONTROL_STREAM_ID_DEFAULT,
-    CONTROL_TERM_LENGTH_DEFAULT,
     MESSAGE_TIMEOUT_NS_DEFAULT,
     NULL_COUNTER_ID,
     NULL_POSITION,
-    PROTOCOL_SEMANTIC_VERSION,
     REPLAY_ALL_AND_FOLLOW,
     ControlResponseCode,
     RecordingSignal,
     SourceLocation,
 )
-from aeron_archive_spark.archive.descriptor import (
-    DESCRIPTOR_BLOCK_LENGTH,
-    DescriptorDecodeError,
-    RecordingDescriptor,
-    descriptor_from_body,
-)
+from aeron_archive_spark.archive.descriptor import RecordingDescriptor
 from aeron_archive_spark.archive.exceptions import (
     ArchiveDisconnectedError,
     ArchiveError,
@@ -60,14 +53,12 @@ from aeron_archive_spark.archive.native import (
     Subscription,
 )
 
+__all__ = ["AeronArchive", "DescriptorMessage", "RecordingSignalEvent", "RequestIds"]
+
 log = logging.getLogger(__name__)
 
-FRAGMENT_LIMIT = 10
-_SBE_HEADER_LENGTH = 8
-_DESCRIPTOR_HEAD = struct.Struct("<HHHHqq")  # SBE header, then RecordingDescriptor's controlSessionId, correlationId
 # Waiting for a control response: empty polls that only yield the CPU before the 0.1 ms sleeps begin.
 RESPONSE_WAIT_YIELDS = 10
-CLIENT_VERSION_TEXT = "0.1.0"
 
 
 class RequestIds(TypedDict):
@@ -96,25 +87,6 @@ class RecordingSubscriptionDescriptor:
     stripped_channel: str
 
 
-def control_channel_with_defaults(channel: str) -> str:
-    """A control channel with the term length (64 KiB), MTU (1408) and sparse log buffers that Java's
-    `AeronArchive.Context` gives the request and response channels where they set none.
-
-    Without them a control stream gets the driver's defaults: on IPC a 64 MiB term, i.e. a 192 MiB log buffer per
-    connection, allocated and touched up front by a driver whose log buffers are not sparse (Java's media driver,
-    or the archive's own embedded one) for a stream that carries a few hundred bytes a request.
-    """
-    uri = ChannelUri.parse(channel)
-    extra: dict[str, Any] = {}
-    if uri.get("term-length") is None:
-        extra["term_length"] = CONTROL_TERM_LENGTH_DEFAULT
-    if uri.get("mtu") is None:
-        extra["mtu"] = CONTROL_MTU_LENGTH_DEFAULT
-    if uri.get("sparse") is None:
-        extra["sparse"] = True
-    return str(uri.with_params(**extra)) if extra else channel
-
-
 class AeronArchive:
     """A connected archive client. Create with `AeronArchive.connect(...)`; also a context manager."""
 
@@ -123,24 +95,41 @@ class AeronArchive:
         aeron: AeronClient,
         owns_aeron: bool,
         proxy: ArchiveProxy,
-        subscription: Subscription,
+        poller: ResponsePoller,
         control_session_id: int,
         message_timeout_ns: int,
         recording_signal_consumer: Callable[[RecordingSignalEvent], None] | None,
+        archive_id: int = NULL_POSITION,
     ) -> None:
         self.aeron = aeron
         self._owns_aeron = owns_aeron
         self._proxy = proxy
-        self._subscription = subscription
+        self._poller = poller
+        self._subscription = poller.subscription
         self.control_session_id = control_session_id
         self._timeout_ns = message_timeout_ns
         self.recording_signal_consumer = recording_signal_consumer
-        self._codec = load_archive_codec()
         self._lock = threading.RLock()
-        self._archive_id = NULL_POSITION
+        self._archive_id = archive_id
         self._closed = False
         # Reassembled messages not yet consumed by the current request (e.g. signals while listing).
         self._inbox: list[Any] = []
+
+    @classmethod
+    def of(
+        cls, connected: Connected, recording_signal_consumer: Callable[[RecordingSignalEvent], None] | None = None
+    ) -> AeronArchive:
+        """The client of a session an `AsyncConnect` finished."""
+        return cls(
+            connected.aeron,
+            connected.owns_aeron,
+            connected.proxy,
+            connected.poller,
+            connected.control_session_id,
+            connected.message_timeout_ns,
+            recording_signal_consumer,
+            connected.archive_id,
+        )
 
     # -- connect / close -----------------------------------------------------------------------------------
     @classmethod
@@ -168,111 +157,37 @@ class AeronArchive:
         returns the answer; without it the connect is refused with a clear error.
         """
         encoded_credentials = credentials.encode() if isinstance(credentials, str) else bytes(credentials or b"")
-        where = f"archive at {control_request_channel} stream {control_request_stream_id}"
-        timeout_ns = int(message_timeout_s * 1e9)
         owns = aeron is None
         client = aeron if aeron is not None else AeronClient(aeron_dir or default_aeron_dir(), client_name=client_name)
-        publication: ExclusivePublication | None = None
-        subscription: Subscription | None = None
         try:
-            publication = client.add_exclusive_publication(
-                control_channel_with_defaults(control_request_channel), control_request_stream_id
+            connect = AsyncConnect(
+                client,
+                control_request_channel,
+                control_request_stream_id,
+                control_response_channel,
+                control_response_stream_id,
+                owns_aeron=owns,
+                message_timeout_ns=int(message_timeout_s * 1e9),
+                client_name=client_name,
+                credentials=encoded_credentials,
+                on_challenge=on_challenge,
             )
-            response_channel = add_session_id(
-                control_channel_with_defaults(control_response_channel), publication.session_id
-            )
-            subscription = client.add_subscription(response_channel, control_response_stream_id)
-            uri = ChannelUri.parse(response_channel)
-            if uri.is_udp and (uri.get("endpoint") or "").endswith(":0"):
-                resolved = subscription.try_resolve_channel_endpoint_port(timeout_s=message_timeout_s)
-                if resolved is None:
-                    raise ArchiveError(f"could not resolve the response channel port of {response_channel}")
-                response_channel = resolved
-            deadline = time.monotonic_ns() + timeout_ns
-            while not publication.is_connected:
-                if time.monotonic_ns() > deadline:
-                    raise ArchiveTimeoutError(
-                        f"no archive on control channel {control_request_channel} stream "
-                        f"{control_request_stream_id} (aeron dir {client.aeron_dir}): request publication not "
-                        f"connected within {message_timeout_s:.1f}s"
-                    )
-                time.sleep(0.001)
-            proxy = ArchiveProxy(publication, message_timeout_ns=timeout_ns)
-            archive = cls(client, owns, proxy, subscription, NULL_POSITION, timeout_ns, recording_signal_consumer)
-            correlation_id = client.next_correlation_id()
-            info = f"name={client_name} version={CLIENT_VERSION_TEXT} commit=python"
-            proxy.send(
-                m.AuthConnectRequest.of(
-                    correlation_id=correlation_id,
-                    response_stream_id=control_response_stream_id,
-                    version=PROTOCOL_SEMANTIC_VERSION,
-                    response_channel=response_channel,
-                    encoded_credentials=encoded_credentials,
-                    client_info=info,
-                )
-            )
-            archive.control_session_id = archive._await_connect(
-                correlation_id, on_challenge, where, bool(encoded_credentials)
-            )
-            archive._archive_id = archive._request_ok(lambda ids: m.ArchiveIdRequest.of(**ids))
-            return archive
         except BaseException:
-            if subscription is not None:
-                subscription.close()
-            if publication is not None:
-                publication.close()
             if owns:
                 client.close()
             raise
-
-    def _await_connect(
-        self,
-        correlation_id: int,
-        on_challenge: Callable[[bytes], bytes] | None,
-        where: str = "archive",
-        sent_credentials: bool = False,
-    ) -> int:
-        """The control session id once the archive accepts; `where` names the archive in errors (never the
-        credentials: only whether any were sent)."""
-        deadline = time.monotonic_ns() + self._timeout_ns
-        while True:
-            for msg in self._poll_messages():
-                if msg.template_id == t.CONTROL_RESPONSE and msg.correlation_id == correlation_id:
-                    if msg.code == ControlResponseCode.OK:
-                        control_session_id: int = msg.relevant_id  # ControlResponse.relevantId, an int64
-                        return control_session_id
-                    if msg.relevant_id == ErrorCode.AUTHENTICATION_REJECTED:
-                        hint = "" if sent_credentials else "; no credentials were given, and this archive requires them"
-                        raise ArchiveError(
-                            f"{where} rejected the credentials ({msg.error_message}){hint}",
-                            ErrorCode.AUTHENTICATION_REJECTED,
-                            correlation_id,
-                        )
-                    raise ArchiveError(
-                        f"connect to {where} failed: {msg.error_message}", msg.relevant_id, correlation_id
-                    )
-                if msg.template_id == t.CHALLENGE and msg.correlation_id == correlation_id:
-                    if on_challenge is None:
-                        raise ArchiveError(
-                            f"{where} sent an authentication challenge, which this client cannot answer "
-                            "without an on_challenge callback",
-                            ErrorCode.AUTHENTICATION_REJECTED,
-                            correlation_id,
-                        )
-                    self._proxy.send(
-                        m.ChallengeResponse.of(
-                            control_session_id=msg.control_session_id,
-                            correlation_id=correlation_id,
-                            encoded_credentials=on_challenge(bytes(msg.encoded_challenge)),
-                        )
-                    )
-            if time.monotonic_ns() > deadline:
-                raise ArchiveTimeoutError(
-                    f"no connect response from the {where} within the message timeout",
-                    ErrorCode.GENERIC,
-                    correlation_id,
-                )
-            time.sleep(0.0002)
+        polls = 0
+        try:
+            while True:
+                connected = connect.poll()
+                if connected is not None:
+                    return cls.of(connected, recording_signal_consumer)
+                # Each step is answered within a millisecond or so: yield first, then sleep briefly.
+                polls += 1
+                time.sleep(0 if polls <= RESPONSE_WAIT_YIELDS else 0.0002)
+        except BaseException:
+            connect.close()  # what it added, and an owned client (already done if `poll` raised)
+            raise
 
     def close(self) -> None:
         with self._lock:
@@ -295,35 +210,9 @@ class AeronArchive:
         self.close()
 
     # -- polling -------------------------------------------------------------------------------------------
-    def _decode_response(self, data: memoryview) -> Any:
-        """A response message; a RecordingDescriptor straight into a `RecordingDescriptor` (see `DescriptorMessage`)."""
-        if len(data) >= _DESCRIPTOR_HEAD.size:
-            block_length, template_id, schema_id, _version, control_session_id, correlation_id = (
-                _DESCRIPTOR_HEAD.unpack_from(data)
-            )
-            if (
-                template_id == t.RECORDING_DESCRIPTOR
-                and schema_id == self._codec.schema_id
-                and block_length >= DESCRIPTOR_BLOCK_LENGTH  # else an older sender's: the codec handles those
-            ):
-                try:
-                    descriptor = descriptor_from_body(data, _SBE_HEADER_LENGTH, len(data), block_length)
-                except DescriptorDecodeError as ex:
-                    raise CodecError(f"RecordingDescriptor: {ex}") from ex
-                return DescriptorMessage(control_session_id, correlation_id, descriptor)
-        return self._codec.decode(data)
-
     def _poll_messages(self) -> list[Any]:
         """Drain what arrived; signals go to the consumer, everything else is returned in order."""
-        received: list[Any] = []
-
-        def on_fragment(data: memoryview, header: Any) -> None:
-            try:
-                received.append(self._decode_response(data))
-            except CodecError as ex:
-                log.warning("undecodable message on the control response stream: %s", ex)
-
-        self._subscription.poll(on_fragment, FRAGMENT_LIMIT, with_header=False)
+        received = self._poller.poll()
         out = []
         for msg in self._inbox + received:
             if msg.template_id == t.RECORDING_SIGNAL_EVENT:
@@ -798,25 +687,6 @@ def replay_request(
         replay_token=-1,
         replay_channel=replay_channel,
     )
-
-
-class DescriptorMessage:
-    """A RecordingDescriptor response, decoded in one pass into the `RecordingDescriptor` it carries.
-
-    Listing a channel's recordings brings one per recording (a stream lists them on every trigger), and the
-    generic codec's message plus a copy into a `RecordingDescriptor` cost about twice as much.
-    """
-
-    __slots__ = ("control_session_id", "correlation_id", "descriptor")
-    template_id = t.RECORDING_DESCRIPTOR
-
-    def __init__(self, control_session_id: int, correlation_id: int, descriptor: RecordingDescriptor) -> None:
-        self.control_session_id = control_session_id
-        self.correlation_id = correlation_id
-        self.descriptor = descriptor
-
-    def __repr__(self) -> str:
-        return f"DescriptorMessage({self.descriptor!r})"
 
 
 def descriptor_from_message(msg: Any) -> RecordingDescriptor:
