@@ -45,6 +45,10 @@ CONNECT_TIMEOUT_NS_DEFAULT = 5_000_000_000
 SESSION_LIVENESS_CHECK_INTERVAL_NS_DEFAULT = 1_000_000_000
 REPLAY_LINGER_TIMEOUT_NS_DEFAULT = 5_000_000_000
 MESSAGE_TIMEOUT_NS_DEFAULT = 10_000_000_000
+# Replication: where source replays come in when a request names no channel (Java has no default and requires one),
+# and each replication step's timeout (Java: the archive client context's message timeout, 10 s).
+REPLICATION_CHANNEL_DEFAULT = "aeron:udp?endpoint=localhost:0"
+REPLICATION_TIMEOUT_NS_DEFAULT = MESSAGE_TIMEOUT_NS_DEFAULT
 MESSAGE_RETRY_ATTEMPTS_DEFAULT = 3
 CONTROL_RESEND_INTERVAL_NS = 200_000_000
 

@@ -59,6 +59,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         max_concurrent_recordings=args.max_recordings,
         max_concurrent_replays=args.max_replays,
         low_storage_space_threshold=args.low_storage_threshold,
+        replication_channel=args.replication_channel,
+        replication_response_channel=args.replication_response_channel,
     )
     credentials_required = read_write_secret is not None
     if read_write_secret is not None:
@@ -196,6 +198,17 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-recordings", type=int, default=c.MAX_CONCURRENT_RECORDINGS_DEFAULT)
     serve.add_argument("--max-replays", type=int, default=c.MAX_CONCURRENT_REPLAYS_DEFAULT)
     serve.add_argument("--low-storage-threshold", type=_size, default=c.LOW_STORAGE_SPACE_THRESHOLD_DEFAULT)
+    serve.add_argument(
+        "--replication-channel",
+        default=c.REPLICATION_CHANNEL_DEFAULT,
+        help="where a replication's replays from a source archive come in, unless its request names a channel "
+        "(Java's aeron.archive.replication.channel); use this host's address for sources on other hosts",
+    )
+    serve.add_argument(
+        "--replication-response-channel",
+        help="where source archives answer this archive's replications (default: IPC for an IPC source, else a "
+        "port of its own at the control channel's host)",
+    )
     from aeron_archive_spark.archive.cli import credentials
 
     credentials.add_arguments(serve)

@@ -9,11 +9,13 @@ from aeron_archive_spark.archive.client.connection import (
     ConnectionOptions,
     default_aeron_dir,
 )
+from aeron_archive_spark.archive.client.replication_params import ReplicationParams
 
 __all__ = [
     "AeronArchive",
     "ConnectionOptions",
     "RecordingSignalEvent",
     "RecordingSubscriptionDescriptor",
+    "ReplicationParams",
     "default_aeron_dir",
 ]

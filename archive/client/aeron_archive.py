@@ -22,6 +22,7 @@ from aeron_archive_spark.archive.channel import (
 from aeron_archive_spark.archive.client.archive_proxy import ArchiveProxy
 from aeron_archive_spark.archive.client.async_connect import AsyncConnect, Connected
 from aeron_archive_spark.archive.client.connection import default_aeron_dir
+from aeron_archive_spark.archive.client.replication_params import ReplicationParams
 from aeron_archive_spark.archive.client.response_poller import DescriptorMessage, ResponsePoller
 from aeron_archive_spark.archive.codecs import Message
 from aeron_archive_spark.archive.codecs import messages as m
@@ -458,6 +459,80 @@ class AeronArchive:
 
     def stop_all_replays(self, recording_id: int = NULL_POSITION) -> None:
         self._request_ok(lambda ids: m.StopAllReplaysRequest.of(**ids, recording_id=recording_id))
+
+    # -- replication ---------------------------------------------------------------------------------------
+    def replicate(
+        self,
+        src_recording_id: int,
+        src_control_stream_id: int,
+        src_control_channel: str,
+        params: ReplicationParams | None = None,
+    ) -> int:
+        """Ask this archive to replicate recording `src_recording_id` of the archive at `src_control_channel` /
+        `src_control_stream_id`; returns the replication id. Its progress comes as recording signals (REPLICATE,
+        EXTEND, SYNC, MERGE, REPLICATE_END, STOP, with the replication id as correlation id) and a failure as an
+        error response with the replication id, which `poll_for_recording_signals` raises."""
+        p = params if params is not None else ReplicationParams()
+        p.check()
+        return self._request_ok(
+            lambda ids: m.ReplicateRequest2.of(
+                **ids,
+                src_recording_id=src_recording_id,
+                dst_recording_id=p.dst_recording_id,
+                stop_position=p.stop_position,
+                channel_tag_id=p.channel_tag_id,
+                subscription_tag_id=p.subscription_tag_id,
+                src_control_stream_id=src_control_stream_id,
+                src_control_channel=src_control_channel,
+                live_destination=p.live_destination or "",
+                replication_channel=p.replication_channel or "",
+                file_io_max_length=p.file_io_max_length,
+                replication_session_id=p.replication_session_id,
+                encoded_credentials=p.encoded_credentials,
+                src_response_channel=p.src_response_channel or "",
+            )
+        )
+
+    def tagged_replicate(
+        self,
+        src_recording_id: int,
+        dst_recording_id: int,
+        channel_tag_id: int,
+        subscription_tag_id: int,
+        src_control_stream_id: int,
+        src_control_channel: str,
+        live_destination: str | None = None,
+        stop_position: int = NULL_POSITION,
+        replication_channel: str | None = None,
+    ) -> int:
+        """`replicate` with the recording subscription tagged, so another subscription can join it (Java's
+        `taggedReplicate`)."""
+        return self.replicate(
+            src_recording_id,
+            src_control_stream_id,
+            src_control_channel,
+            ReplicationParams(
+                stop_position=stop_position,
+                dst_recording_id=dst_recording_id,
+                live_destination=live_destination,
+                replication_channel=replication_channel,
+                channel_tag_id=channel_tag_id,
+                subscription_tag_id=subscription_tag_id,
+            ),
+        )
+
+    def stop_replication(self, replication_id: int) -> None:
+        self._request_ok(lambda ids: m.StopReplicationRequest.of(**ids, replication_id=replication_id))
+
+    def try_stop_replication(self, replication_id: int) -> bool:
+        """False if the replication is unknown (it ended already)."""
+        try:
+            self.stop_replication(replication_id)
+            return True
+        except ArchiveError as ex:
+            if ex.error_code == ErrorCode.UNKNOWN_REPLICATION:
+                return False
+            raise
 
     # -- queries -------------------------------------------------------------------------------------------
     def _collect_descriptors(

@@ -35,7 +35,7 @@ from .ffi import (
 )
 from .fork import abandon_after_fork
 from .publications import ExclusivePublication, Publication
-from .subscription import Image, ImageHandler, Subscription
+from .subscription import Image, ImageHandler, PendingDestination, Subscription
 from .term_appender import TermAppender
 
 __all__ = [
@@ -63,6 +63,7 @@ __all__ = [
     "Image",
     "ImageHandler",
     "NativeAeronError",
+    "PendingDestination",
     "PendingExclusivePublication",
     "PendingSubscription",
     "Publication",

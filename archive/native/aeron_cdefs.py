@@ -29,6 +29,7 @@ typedef struct aeron_client_registering_resource_stct aeron_async_add_publicatio
 typedef struct aeron_client_registering_resource_stct aeron_async_add_exclusive_publication_t;
 typedef struct aeron_client_registering_resource_stct aeron_async_add_subscription_t;
 typedef struct aeron_client_registering_resource_stct aeron_async_add_counter_t;
+typedef struct aeron_client_registering_resource_stct aeron_async_destination_t;
 typedef struct aeron_image_fragment_assembler_stct aeron_image_fragment_assembler_t;
 typedef struct aeron_image_controlled_fragment_assembler_stct aeron_image_controlled_fragment_assembler_t;
 typedef struct aeron_fragment_assembler_stct aeron_fragment_assembler_t;
@@ -200,6 +201,11 @@ int aeron_subscription_close(
     aeron_subscription_t *subscription, aeron_notification_t on_close_complete, void *on_close_complete_clientd);
 int aeron_subscription_try_resolve_channel_endpoint_port(
     aeron_subscription_t *subscription, char *uri, size_t uri_len);
+int aeron_subscription_async_add_destination(
+    aeron_async_destination_t **async, aeron_t *client, aeron_subscription_t *subscription, const char *uri);
+int aeron_subscription_async_remove_destination(
+    aeron_async_destination_t **async, aeron_t *client, aeron_subscription_t *subscription, const char *uri);
+int aeron_subscription_async_destination_poll(aeron_async_destination_t *async);
 
 int aeron_image_constants(aeron_image_t *image, aeron_image_constants_t *constants);
 int64_t aeron_image_position(aeron_image_t *image);
@@ -330,7 +336,8 @@ def parsed() -> cffi.FFI:
 def emit(path: Path | None = None) -> None:
     """Write the generated ABI module (cffi's out-of-line ABI mode: no C compiler, only the parsed types), by
     default beside this file."""
-    path = path or Path(__file__).with_name(f"{ABI_MODULE}.py")
+    # Resolved: the installed tree links to the source, and a write through the link would replace the link.
+    path = path or Path(__file__).resolve().with_name(f"{ABI_MODULE}.py")
     ffi = parsed()
     ffi.set_source(f"{__package__}.{ABI_MODULE}", None)
     ffi.emit_python_code(str(path))

@@ -279,6 +279,24 @@ class Subscription(NativeWrapper[SubscriptionNative]):
     def __repr__(self) -> str:
         return f"Subscription({self._n.channel!r}, stream_id={self._n.stream_id}, closed={self.is_closed})"
 
+    def async_add_destination(self, uri: str) -> PendingDestination:
+        """Start adding a destination to this multi-destination subscription (`control-mode=manual`) without
+        waiting: poll the result. Raises at once only if the request cannot be sent."""
+        return self._destination("add", uri)
+
+    def async_remove_destination(self, uri: str) -> PendingDestination:
+        """Start removing a destination (as `async_add_destination`)."""
+        return self._destination("remove", uri)
+
+    def _destination(self, verb: str, uri: str) -> PendingDestination:
+        what = f"{verb}_destination({uri!r}) of {self._n.describe()}"
+        start = getattr(get_lib(), f"aeron_subscription_async_{verb}_destination")
+        async_ptr = ffi.new("aeron_async_destination_t **")
+        with self._n.client.open() as aeron, self._n.open() as subscription:
+            if start(async_ptr, aeron, subscription, uri.encode()) < 0:
+                raise last_error(what)
+        return PendingDestination(self._n.client, what, async_ptr[0])
+
     def try_resolve_channel_endpoint_port(self, timeout_s: float = 0.0) -> str | None:
         """The channel with a wildcard endpoint port (`endpoint=host:0`) replaced by the bound address:port.
 
@@ -419,3 +437,29 @@ class Image(NativeWrapper[ImageNative]):
     def close(self) -> None:
         """Release this wrapper's reference on the C image; idempotent, deferred if called from a poll handler."""
         self._n.close()
+
+
+class PendingDestination:
+    """A destination being added to or removed from a subscription: `poll()` until it says done.
+
+    The C client frees the request once it answers; a request never polled to the end is freed with the client.
+    """
+
+    def __init__(self, client: ClientNative, what: str, async_ptr: Any) -> None:
+        self._client = client
+        self._what = what
+        self._async: Any = async_ptr
+        self.is_done = False
+
+    def poll(self) -> bool:
+        """True once the media driver applied it; raises `NativeAeronError` if it refused."""
+        if self.is_done:
+            return True
+        with self._client.open():
+            rc = get_lib().aeron_subscription_async_destination_poll(self._async)
+            if rc < 0:
+                self.is_done, self._async = True, None
+                raise last_error(self._what)
+        if rc > 0:
+            self.is_done, self._async = True, None
+        return self.is_done

@@ -18,7 +18,7 @@ import random
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from aeron_archive_spark.archive import recording_pos
 from aeron_archive_spark.archive.channel import (
@@ -27,7 +27,10 @@ from aeron_archive_spark.archive.channel import (
     recording_subscription_key,
     spy_channel,
     strip_channel,
+    udp_endpoint_host,
 )
+from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
+from aeron_archive_spark.archive.client.async_connect import AsyncConnect
 from aeron_archive_spark.archive.codecs import messages as m
 from aeron_archive_spark.archive.constants import (
     ARCHIVE_RECORDING_POSITION_TYPE_ID,
@@ -60,6 +63,11 @@ from aeron_archive_spark.archive.server.rate_limited_log import DEFAULT_INTERVAL
 from aeron_archive_spark.archive.server.recording_events_proxy import RecordingEventsProxy
 from aeron_archive_spark.archive.server.recording_session import RecordingSession
 from aeron_archive_spark.archive.server.replay_session import LimitCounter, ReplaySession, replay_buffer_length
+from aeron_archive_spark.archive.server.replication_session import (
+    ReplicaSubscription,
+    ReplicationRequest,
+    ReplicationSession,
+)
 from aeron_archive_spark.archive.server.session import Session
 from aeron_archive_spark.archive.storage import segments
 from aeron_archive_spark.archive.storage.catalog import Catalog
@@ -137,6 +145,9 @@ class ArchiveConductor(Agent):
         # Aborted before their publication came: polled until the driver answers, so it can be closed.
         self._abandoned_replays: list[CreateReplayPublicationSession] = []
         self._delete_sessions: dict[int, DeleteSegmentsSession] = {}
+        # Replications by id (until done or stopped), and every replication session still to be driven and closed.
+        self._replications: dict[int, ReplicationSession] = {}
+        self._replication_sessions: list[ReplicationSession] = []
         self._listings: list[Listing] = []
         self._replay_id = 1
         self._record_checksum: Checksum | None = checksum_for_name(ctx.record_checksum) if ctx.record_checksum else None
@@ -255,6 +266,11 @@ class ArchiveConductor(Agent):
                     self._abandoned_replays.remove(abandoned)
         for delete in list(self._delete_sessions.values()):
             work += delete.do_work(now_ns)
+        if self._replication_sessions:
+            for replication in list(self._replication_sessions):
+                work += replication.do_work(now_ns)
+                if replication.is_done():
+                    self._close_replication(replication)
         if now_ns >= self._next_fault_flush_ns:
             self._next_fault_flush_ns = now_ns + DEFAULT_INTERVAL_NS
             self._request_faults.flush()
@@ -297,8 +313,7 @@ class ArchiveConductor(Agent):
         client_info: str,
         image_session_id: int,
     ) -> None:
-        control_session_id = self._next_control_session_id
-        self._next_control_session_id += 1
+        control_session_id = self._next_session_id()
         session = ControlSession(
             self,
             control_session_id,
@@ -333,6 +348,12 @@ class ArchiveConductor(Agent):
             response_channel,
             response_stream_id,
         )
+
+    def _next_session_id(self) -> int:
+        """Control session ids and replication ids come from one sequence, as Java's `nextSessionId`."""
+        session_id = self._next_control_session_id
+        self._next_control_session_id += 1
+        return session_id
 
     def control_session(self, control_session_id: int) -> ControlSession | None:
         return self._control_sessions.get(control_session_id)
@@ -396,7 +417,9 @@ class ArchiveConductor(Agent):
         source_location = request.source_location
         auto_stop = isinstance(request, m.StartRecordingRequest2) and request.auto_stop == 1
         channel = request.channel
-        self._add_recording_subscription(session, correlation_id, stream_id, source_location, auto_stop, channel, None)
+        self._add_recording_subscription(
+            session.control_session_id, correlation_id, stream_id, source_location, auto_stop, channel, None
+        )
 
     def extend_recording(
         self, session: ControlClient, request: m.ExtendRecordingRequest | m.ExtendRecordingRequest2
@@ -407,6 +430,13 @@ class ArchiveConductor(Agent):
         source_location = request.source_location
         auto_stop = isinstance(request, m.ExtendRecordingRequest2) and request.auto_stop == 1
         channel = request.channel
+        self._check_extend(recording_id, stream_id)
+        self._add_recording_subscription(
+            session.control_session_id, correlation_id, stream_id, source_location, auto_stop, channel, recording_id
+        )
+
+    def _check_extend(self, recording_id: int, stream_id: int) -> None:
+        """What an extension of `recording_id` on `stream_id` is refused for before it subscribes (Java's order)."""
         if self._active_recording_count() >= self.ctx.max_concurrent_recordings:
             raise ArchiveError(
                 f"max concurrent recordings reached {self.ctx.max_concurrent_recordings}", ErrorCode.MAX_RECORDINGS
@@ -424,20 +454,19 @@ class ArchiveConductor(Agent):
             raise ArchiveError(
                 f"cannot extend recording {recording_id} while its segments are being deleted", ErrorCode.GENERIC
             )
-        self._add_recording_subscription(
-            session, correlation_id, stream_id, source_location, auto_stop, channel, recording_id
-        )
 
     def _add_recording_subscription(
         self,
-        session: ControlClient,
+        control_session_id: int,
         correlation_id: int,
         stream_id: int,
         source_location: int,
         auto_stop: bool,
         channel: str,
         extend_recording_id: int | None,
-    ) -> None:
+    ) -> RecordingSubscription:
+        """Subscribe to record (channel, stream_id), answering OK with the subscription id to the control session
+        (unsolicited for a replication, whose id is the correlation id: Java's clients ignore it)."""
         if extend_recording_id is None and self._active_recording_count() >= self.ctx.max_concurrent_recordings:
             raise ArchiveError(
                 f"max concurrent recordings reached {self.ctx.max_concurrent_recordings}", ErrorCode.MAX_RECORDINGS
@@ -476,13 +505,13 @@ class ArchiveConductor(Agent):
             stripped,
             stream_id,
             auto_stop,
-            session.control_session_id,
+            control_session_id,
             correlation_id,
             extend_recording_id,
         )
         holder["entry"] = entry
         self._subscriptions[key] = entry
-        session.send_ok(correlation_id, subscription.registration_id)
+        self._send_ok(control_session_id, correlation_id, subscription.registration_id)
         log.info(
             "%s recording subscription %d: %s stream %d",
             "extend" if extend_recording_id is not None else "start",
@@ -490,6 +519,7 @@ class ArchiveConductor(Agent):
             subscribe_channel,
             stream_id,
         )
+        return entry
 
     def _on_image_available(self, entry: RecordingSubscription, image: Image) -> None:
         if self._subscriptions.get(entry.key) is not entry or entry.stopping:
@@ -1191,6 +1221,158 @@ class ArchiveConductor(Agent):
         self._delete_sessions[recording_id] = delete
 
     # -- close ---------------------------------------------------------------------------------------------
+    # -- replication -----------------------------------------------------------------------------------------
+    def replicate(
+        self, session: ControlClient, msg: m.ReplicateRequest | m.TaggedReplicateRequest | m.ReplicateRequest2
+    ) -> None:
+        """Start replicating a recording of another archive into this one (Java's `ArchiveConductor.replicate`):
+        the request is checked here, in Java's order; everything else fails later, as an error whose correlation
+        id is the replication id, followed by REPLICATE_END."""
+        request = ReplicationRequest.of(msg)
+        channel = request.replication_channel or self.ctx.replication_channel
+        response_mode = ChannelUri.parse(channel).get("control-mode") == "response"
+        if response_mode and request.live_destination:
+            raise ArchiveError("response channels can't be used with live destinations", ErrorCode.GENERIC)
+        if response_mode and (request.channel_tag_id != -1 or request.subscription_tag_id != -1):
+            raise ArchiveError("response channels can't be used with tagged replication", ErrorCode.GENERIC)
+        if response_mode:
+            raise ArchiveError(
+                f"replication channel {channel}: response channels (control-mode=response) are not supported by "
+                "this archive yet",
+                ErrorCode.GENERIC,
+            )
+        dst = None
+        if request.dst_recording_id != -1:
+            dst = self.catalog.find(request.dst_recording_id)
+            if dst is None:
+                raise ArchiveError(
+                    f"unknown destination recording id {request.dst_recording_id}", ErrorCode.UNKNOWN_RECORDING
+                )
+            if dst.stop_position == NULL_POSITION or request.dst_recording_id in self._recordings:
+                raise ArchiveError(
+                    f"cannot replicate to active recording {request.dst_recording_id}", ErrorCode.ACTIVE_RECORDING
+                )
+        replication_id = self._next_session_id()
+        replication = ReplicationSession(
+            replication_id=replication_id,
+            control_session_id=session.control_session_id,
+            request=request,
+            replication_channel=channel,
+            dst_descriptor=dst,
+            host=self,
+            connect=lambda: self._connect_to_source(replication_id, request),
+            wrap=AeronArchive.of,
+            action_timeout_ns=self.ctx.replication_timeout_ns,
+            now_ns=self._now_ns,
+        )
+        self._replications[replication_id] = replication
+        self._replication_sessions.append(replication)
+        session.send_ok(request.correlation_id, replication_id)
+        log.info(
+            "replication %d: recording %d of the archive at %s stream %d into %s",
+            replication_id,
+            request.src_recording_id,
+            request.src_control_channel,
+            request.src_control_stream_id,
+            "a new recording" if dst is None else f"recording {dst.recording_id}",
+        )
+
+    def _connect_to_source(self, replication_id: int, request: ReplicationRequest) -> AsyncConnect:
+        """Java's archive client context for a replication: the request's control channel and credentials, its
+        response channel if given, else this archive's; a client name naming the replication."""
+
+        def refuse_challenge(_challenge: bytes) -> bytes:
+            raise ArchiveError(
+                "Replication does not support challenge/response authentication", ErrorCode.AUTHENTICATION_REJECTED
+            )
+
+        response_channel = request.src_response_channel or self._source_response_channel(request.src_control_channel)
+        return AsyncConnect(
+            self.aeron,
+            request.src_control_channel,
+            request.src_control_stream_id,
+            response_channel,
+            self.ctx.replication_response_stream_id,
+            message_timeout_ns=self.ctx.replication_timeout_ns,
+            client_name=f"{self.ctx.client_name} replicationSessionId={replication_id}",
+            credentials=request.encoded_credentials,
+            on_challenge=refuse_challenge,
+            nano_clock=self.ctx.nano_clock,
+        )
+
+    def _source_response_channel(self, src_control_channel: str) -> str:
+        """Where a source archive answers a replication's control session: over IPC to an IPC control channel;
+        else on a port of its own at this archive's control host (Java's default), or localhost without one."""
+        if self.ctx.replication_response_channel:
+            return self.ctx.replication_response_channel
+        if ChannelUri.parse(src_control_channel).is_ipc:
+            return "aeron:ipc"
+        host = udp_endpoint_host(self.ctx.control_channel) if self.ctx.control_channel else None
+        return f"aeron:udp?endpoint={host or 'localhost'}:0"
+
+    def stop_replication(self, session: ControlClient, request: m.StopReplicationRequest) -> None:
+        replication = self._replications.pop(request.replication_id, None)
+        if replication is None:
+            raise ArchiveError(f"unknown replication id {request.replication_id}", ErrorCode.UNKNOWN_REPLICATION)
+        replication.abort("stop replication")
+        session.send_ok(request.correlation_id, 0)
+
+    def _close_replication(self, replication: ReplicationSession) -> None:
+        if replication in self._replication_sessions:
+            self._replication_sessions.remove(replication)
+        self._replications.pop(replication.replication_id, None)
+        try:
+            replication.close()
+        except Exception as ex:
+            self.on_protocol_error(f"replication {replication.replication_id}: close failed: {ex}", "replication", ex)
+
+    # The replication's host (`replication_session.ReplicationHost`):
+    def new_replica(self, descriptor: RecordingDescriptor) -> int:
+        return self.catalog.add_new_recording(**_replica_fields(descriptor))
+
+    def replace_replica(self, recording_id: int, descriptor: RecordingDescriptor) -> None:
+        self.catalog.replace_recording(recording_id, **_replica_fields(descriptor))
+
+    def stop_position(self, recording_id: int) -> int:
+        return self.catalog.stop_position(recording_id)
+
+    def recorded_position(self, recording_id: int) -> int:
+        """What a recording holds: its live position while recorded, else its stop position."""
+        live = self.live_position(recording_id)
+        return live if live != NULL_POSITION else self.catalog.stop_position(recording_id)
+
+    def extend_replica(
+        self, replication_id: int, control_session_id: int, recording_id: int, stream_id: int, channel: str
+    ) -> ReplicaSubscription:
+        self._check_extend(recording_id, stream_id)
+        entry = self._add_recording_subscription(
+            control_session_id, replication_id, stream_id, SourceLocation.REMOTE, True, channel, recording_id
+        )
+        return entry.subscription
+
+    def stop_replica_subscription(self, subscription_id: int) -> None:
+        for entry in list(self._subscriptions.values()):
+            if entry.subscription_id == subscription_id:
+                self._stop_subscription(entry)
+                return
+
+    def signal(
+        self,
+        control_session_id: int,
+        correlation_id: int,
+        recording_id: int,
+        subscription_id: int,
+        position: int,
+        signal: RecordingSignal,
+    ) -> None:
+        self._signal(control_session_id, correlation_id, recording_id, subscription_id, position, signal)
+
+    def send_error(self, control_session_id: int, correlation_id: int, error_code: int, message: str) -> None:
+        self._send_error(control_session_id, correlation_id, error_code, message)
+
+    def on_replication_error(self, message: str, error: BaseException) -> None:
+        self.on_protocol_error(message, "replication failed", error)
+
     def on_close(self) -> None:
         """Runs on the conductor thread after its loop: stop recordings, close sessions, sync the catalog."""
         self.recorder.close()
@@ -1203,6 +1385,10 @@ class ArchiveConductor(Agent):
         for delete in list(self._delete_sessions.values()):
             while not delete.is_done():
                 delete.do_work(self.ctx.nano_clock())
+        for replication in list(self._replication_sessions):
+            replication.abort("the archive is closing")
+            self._close_replication(replication)
+        self._run_tasks()  # the replicas' recordings stopping
         for session in list(self._control_sessions.values()):
             session.close()
             if session.counter is not None:
@@ -1216,3 +1402,39 @@ class ArchiveConductor(Agent):
         if self._events is not None:
             self._events.close()
         self.counters.close()
+
+
+class _ReplicaFields(TypedDict):
+    start_position: int
+    stop_position: int
+    start_timestamp: int
+    stop_timestamp: int
+    initial_term_id: int
+    segment_file_length: int
+    term_buffer_length: int
+    mtu_length: int
+    session_id: int
+    stream_id: int
+    stripped_channel: str
+    original_channel: str
+    source_identity: str
+
+
+def _replica_fields(d: RecordingDescriptor) -> _ReplicaFields:
+    """A replica's descriptor before it records: every field the source's (its segment file length included, as
+    Java's), stopped at the source's start."""
+    return {
+        "start_position": d.start_position,
+        "stop_position": d.start_position,
+        "start_timestamp": d.start_timestamp,
+        "stop_timestamp": d.start_timestamp,
+        "initial_term_id": d.initial_term_id,
+        "segment_file_length": d.segment_file_length,
+        "term_buffer_length": d.term_buffer_length,
+        "mtu_length": d.mtu_length,
+        "session_id": d.session_id,
+        "stream_id": d.stream_id,
+        "stripped_channel": d.stripped_channel,
+        "original_channel": d.original_channel,
+        "source_identity": d.source_identity,
+    }

@@ -56,6 +56,15 @@ class ArchiveContext:
     session_liveness_check_interval_ns: int = c.SESSION_LIVENESS_CHECK_INTERVAL_NS_DEFAULT
     replay_linger_timeout_ns: int = c.REPLAY_LINGER_TIMEOUT_NS_DEFAULT
     low_storage_space_threshold: int = c.LOW_STORAGE_SPACE_THRESHOLD_DEFAULT
+    # Replication (this archive copying from another): the channel the source's replays come in on when a request
+    # names none (Java's `aeron.archive.replication.channel`, which Java requires; ours defaults to a port of its
+    # own on localhost: set this archive's host for replicas on other hosts), the control response channel and
+    # stream toward source archives (default: IPC for an IPC source, else a port of its own at this archive's
+    # control host), and the timeout of each replication step (Java: the archive client's message timeout).
+    replication_channel: str = c.REPLICATION_CHANNEL_DEFAULT
+    replication_response_channel: str | None = None
+    replication_response_stream_id: int = c.CONTROL_RESPONSE_STREAM_ID_DEFAULT
+    replication_timeout_ns: int = c.REPLICATION_TIMEOUT_NS_DEFAULT
     archive_id: int | None = None  # None: the Aeron client id, as in Java
     # Who may connect and what they may do (Aeron's authenticator and authorisation service suppliers); the
     # defaults accept everyone and allow everything. `require_credentials` sets both for the two-secret scheme.

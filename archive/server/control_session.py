@@ -548,6 +548,12 @@ class ControlSession:
     def on_purge_recording(self, request: m.PurgeRecordingRequest) -> None:
         self._serve(request.name, request.correlation_id, lambda: self._conductor.purge_recording(self, request))
 
+    def on_replicate(self, request: m.ReplicateRequest | m.TaggedReplicateRequest | m.ReplicateRequest2) -> None:
+        self._serve(request.name, request.correlation_id, lambda: self._conductor.replicate(self, request))
+
+    def on_stop_replication(self, request: m.StopReplicationRequest) -> None:
+        self._serve(request.name, request.correlation_id, lambda: self._conductor.stop_replication(self, request))
+
     def on_archive_id(self, request: m.ArchiveIdRequest) -> None:
         if self._activate(request.name):
             self.send_ok(request.correlation_id, self._conductor.archive_id)

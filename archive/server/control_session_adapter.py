@@ -82,6 +82,10 @@ HANDLERS: dict[type[Message], RequestHandler] = {
     m.TruncateRecordingRequest: ControlSession.on_truncate_recording,
     m.PurgeRecordingRequest: ControlSession.on_purge_recording,
     m.ArchiveIdRequest: ControlSession.on_archive_id,
+    m.ReplicateRequest: ControlSession.on_replicate,
+    m.TaggedReplicateRequest: ControlSession.on_replicate,
+    m.ReplicateRequest2: ControlSession.on_replicate,
+    m.StopReplicationRequest: ControlSession.on_stop_replication,
 }
 
 

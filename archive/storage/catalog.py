@@ -170,6 +170,12 @@ class CatalogIndex:
         bisect.insort(self._ids, recording_id)
         self._offsets[recording_id] = offset
 
+    def move(self, recording_id: int, offset: int) -> None:
+        """An indexed entry's new offset (entries after one that grew move right)."""
+        if recording_id not in self._offsets:
+            raise ValueError(f"recording id {recording_id} is not indexed")
+        self._offsets[recording_id] = offset
+
     def remove(self, recording_id: int) -> int | None:
         offset = self._offsets.pop(recording_id, None)
         if offset is not None:
@@ -668,37 +674,25 @@ class Catalog:
                 mm = self._require_writable()
             offset = self._next_offset
             recording_id = self._next_recording_id
-            body = offset + DESCRIPTOR_HEADER_LENGTH
-
             mm[offset : offset + frame_length] = bytes(frame_length)
-            DESCRIPTOR_BLOCK.pack_into(
-                mm,
-                body,
-                0,
-                0,
-                recording_id,
-                start_timestamp,
-                stop_timestamp,
-                start_position,
-                stop_position,
-                to_int32(initial_term_id),
-                segment_file_length,
-                term_buffer_length,
-                mtu_length,
-                to_int32(session_id),
-                to_int32(stream_id),
+            self._write_descriptor(
+                offset,
+                frame_length - DESCRIPTOR_HEADER_LENGTH,
+                (
+                    recording_id,
+                    start_timestamp,
+                    stop_timestamp,
+                    start_position,
+                    stop_position,
+                    initial_term_id,
+                    segment_file_length,
+                    term_buffer_length,
+                    mtu_length,
+                    session_id,
+                    stream_id,
+                ),
+                (stripped, original, source),
             )
-            cursor = body + VAR_DATA_OFFSET
-            for value in (stripped, original, source):
-                _U32.pack_into(mm, cursor, len(value))
-                mm[cursor + 4 : cursor + 4 + len(value)] = value
-                cursor += 4 + len(value)
-
-            length = frame_length - DESCRIPTOR_HEADER_LENGTH
-            checksum_value = self._compute_checksum(offset, length)
-            _I32.pack_into(mm, offset + DESCRIPTOR_CHECKSUM_OFFSET, checksum_value)
-            _I32.pack_into(mm, offset + DESCRIPTOR_STATE_OFFSET, RecordingState.VALID)
-            _I32.pack_into(mm, offset + DESCRIPTOR_LENGTH_OFFSET, length)  # last: makes the entry visible
             _I64.pack_into(mm, CATALOG_NEXT_RECORDING_ID_OFFSET, recording_id + 1)
             self._sync()
 
@@ -706,6 +700,111 @@ class Catalog:
             self._next_offset = offset + frame_length
             self._index.add(recording_id, offset)
             return recording_id
+
+    def replace_recording(
+        self,
+        recording_id: int,
+        start_position: int,
+        stop_position: int,
+        start_timestamp: int,
+        stop_timestamp: int,
+        initial_term_id: int,
+        segment_file_length: int,
+        term_buffer_length: int,
+        mtu_length: int,
+        session_id: int,
+        stream_id: int,
+        stripped_channel: str,
+        original_channel: str,
+        source_identity: str,
+    ) -> None:
+        """Rewrite every field of a recording's entry, its id kept (Java's `Catalog.replaceRecording`: a replication
+        into an empty destination takes on the source's descriptor). An entry that grows moves the entries after it
+        to the right; one that shrinks keeps its frame, zeroed past the new fields. Its checksum covers the length
+        it keeps (Java's covers only the new fields' length there, which its own verify then reports as a
+        mismatch: the zeros after them change a CRC)."""
+        stripped = _ascii(stripped_channel)
+        original = _ascii(original_channel)
+        source = _ascii(source_identity)
+        with self._lock:
+            offset = self._offset_of(recording_id)
+            old_frame = self._frame_length_at(offset)
+            new_frame = descriptor_frame_length(stripped, original, source, self._alignment)
+            if new_frame > old_frame:
+                shift = new_frame - old_frame
+                end = self._next_offset
+                if end + shift > self._capacity:
+                    self._grow(shift)
+                mm = self._require_writable()
+                mm.move(offset + new_frame, offset + old_frame, end - (offset + old_frame))
+                self._next_offset = end + shift
+                for later in self._index.ids_from(recording_id + 1):
+                    moved = self._index.offset(later)
+                    if moved is not None and moved > offset:
+                        self._index.move(later, moved + shift)
+                frame = new_frame
+            else:
+                frame = old_frame
+            mm = self._require_writable()
+            mm[offset + DESCRIPTOR_HEADER_LENGTH : offset + frame] = bytes(frame - DESCRIPTOR_HEADER_LENGTH)
+            self._write_descriptor(
+                offset,
+                frame - DESCRIPTOR_HEADER_LENGTH,
+                (
+                    recording_id,
+                    start_timestamp,
+                    stop_timestamp,
+                    start_position,
+                    stop_position,
+                    initial_term_id,
+                    segment_file_length,
+                    term_buffer_length,
+                    mtu_length,
+                    session_id,
+                    stream_id,
+                ),
+                (stripped, original, source),
+            )
+            self._sync()
+
+    def _write_descriptor(
+        self,
+        offset: int,
+        length: int,
+        fixed: tuple[int, int, int, int, int, int, int, int, int, int, int],
+        var: tuple[bytes, bytes, bytes],
+    ) -> None:
+        """Write an entry's body (the fixed fields from recordingId on, then the three var fields), its checksum
+        over `length` body bytes, VALID, and last its length, which makes it visible."""
+        mm = self._require_writable()
+        body = offset + DESCRIPTOR_HEADER_LENGTH
+        recording_id, start_ts, stop_ts, start, stop, initial_term_id, segment, term, mtu, session, stream = fixed
+        DESCRIPTOR_BLOCK.pack_into(
+            mm,
+            body,
+            0,
+            0,
+            recording_id,
+            start_ts,
+            stop_ts,
+            start,
+            stop,
+            to_int32(initial_term_id),
+            segment,
+            term,
+            mtu,
+            to_int32(session),
+            to_int32(stream),
+        )
+        cursor = body + VAR_DATA_OFFSET
+        for value in var:
+            _U32.pack_into(mm, cursor, len(value))
+            mm[cursor + 4 : cursor + 4 + len(value)] = value
+            cursor += 4 + len(value)
+        checksum_value = self._compute_checksum(offset, length)
+        _I32.pack_into(mm, offset + DESCRIPTOR_CHECKSUM_OFFSET, checksum_value)
+        _I32.pack_into(mm, offset + DESCRIPTOR_STATE_OFFSET, RecordingState.VALID)
+        _I32.pack_into(mm, offset + DESCRIPTOR_LENGTH_OFFSET, length)
 
     def recording_stopped(self, recording_id: int, stop_position: int, stop_timestamp: int) -> None:
         with self._lock:

@@ -221,9 +221,8 @@ def test_follow_replay_reaches_messages_published_after_it_started(harness):
 def test_unsupported_requests_get_an_error_naming_them(harness):
     client = harness.client
     with client._lock:
-        correlation_id, _ = client._request(lambda ids: messages.ReplicateRequest.of(
-            **ids, src_recording_id=1, dst_recording_id=-1, src_control_stream_id=10,
-            src_control_channel="aeron:ipc", live_destination=""))
+        correlation_id, _ = client._request(lambda ids: messages.DetachSegmentsRequest.of(
+            **ids, recording_id=1, new_start_position=0))
         with pytest.raises(ArchiveError) as err:
-            client._await_response(correlation_id, "ReplicateRequest")
-    assert "ReplicateRequest" in err.value.message and "not supported" in err.value.message
+            client._await_response(correlation_id, "DetachSegmentsRequest")
+    assert "DetachSegmentsRequest" in err.value.message and "not supported" in err.value.message

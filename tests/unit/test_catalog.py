@@ -497,3 +497,58 @@ def test_descriptor_equality_roundtrip(tmp_path: Path) -> None:
             expected.source_identity,
         )
         assert catalog.find(rid) == replace(expected, recording_id=rid)
+
+
+def _replacement(n: int, channel_length: int) -> dict[str, Any]:
+    channel = "aeron:udp?endpoint=src-host:40123|alias=" + "x" * channel_length
+    return {
+        "start_position": 4096 * n,
+        "stop_position": 4096 * n,
+        "start_timestamp": 77 + n,
+        "stop_timestamp": 77 + n,
+        "initial_term_id": 900 + n,
+        "segment_file_length": SEGMENT_LENGTH * 2,
+        "term_buffer_length": TERM_LENGTH * 2,
+        "mtu_length": 8192,
+        "session_id": -5 - n,
+        "stream_id": 4242,
+        "stripped_channel": channel,
+        "original_channel": channel + "|term-length=128k",
+        "source_identity": "src-archive",
+    }
+
+
+@pytest.mark.parametrize("channel_length", [0, 900, 5000], ids=["shrinks", "grows", "grows-past-capacity"])
+@pytest.mark.parametrize("which", [0, 3, 6], ids=["first", "middle", "last"])
+def test_replace_recording_rewrites_every_field_and_moves_the_entries_after_it(
+    tmp_path: Path, which: int, channel_length: int
+) -> None:
+    crc = Crc32c()
+    with Catalog(tmp_path, capacity=4096, checksum=crc, clock_ms=clock) as catalog:
+        long_channel = "aeron:udp?endpoint=localhost:1|alias=" + "y" * 400
+        ids = [add(catalog, n, stripped_channel=long_channel) for n in range(7)]
+        catalog.recording_stopped(ids[which], 0, 5)
+        catalog.change_state(ids[1], RecordingState.INVALID)  # not indexed: walked over, moved all the same
+        before = {rid: catalog.find(rid) for rid in ids}
+        catalog.replace_recording(ids[which], **_replacement(which, channel_length))
+        expected = dict(before)
+        fields = _replacement(which, channel_length)
+        old = before[which]
+        assert old is not None
+        expected[which] = replace(old, **fields)
+        for rid in ids:
+            assert catalog.find(rid) == expected[rid], rid
+            if rid != 1:
+                assert catalog.entry_checksum_ok(rid)
+        assert add(catalog, 9) == 7  # appends after the moved entries
+    with Catalog(tmp_path, writable=False, checksum=crc) as reopened:
+        assert [reopened.find(rid) for rid in ids] == [expected[rid] for rid in ids]
+        assert reopened.find(7) is not None
+        assert 1 not in list(reopened.recording_ids())
+
+
+def test_replace_recording_of_an_unknown_id_is_refused(tmp_path: Path) -> None:
+    with Catalog(tmp_path, capacity=4096, clock_ms=clock) as catalog:
+        add(catalog)
+        with pytest.raises(ArchiveError, match="unknown recording id: 5"):
+            catalog.replace_recording(5, **_replacement(0, 0))

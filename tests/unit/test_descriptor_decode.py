@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from aeron_archive_spark.archive.client.aeron_archive import AeronArchive, DescriptorMessage, descriptor_from_message
+from aeron_archive_spark.archive.client.aeron_archive import DescriptorMessage, descriptor_from_message
+from aeron_archive_spark.archive.client.response_poller import ResponsePoller
 from aeron_archive_spark.archive.codecs import CODEC, CodecError
 from aeron_archive_spark.archive.descriptor import (
     DESCRIPTOR_BLOCK,
@@ -38,7 +39,7 @@ def test_decoded_in_one_pass_as_the_generic_codec_decodes_it(seed: int) -> None:
     assert descriptor_from_body(body, 0, len(body)) == RecordingDescriptor(*values)
     message = ControlResponseProxy().recording_descriptor(values[0], values[1], body[16:])  # type: ignore[arg-type]
     generic = CODEC.decode(message)
-    fast = AeronArchive._decode_response(SimpleNamespace(_codec=CODEC), memoryview(message))  # type: ignore[arg-type]
+    fast = ResponsePoller.decode(SimpleNamespace(_codec=CODEC), memoryview(message))  # type: ignore[arg-type]
     assert isinstance(fast, DescriptorMessage)
     assert (fast.control_session_id, fast.correlation_id) == (generic.control_session_id, generic.correlation_id)
     assert descriptor_from_message(fast) == descriptor_from_message(generic) == RecordingDescriptor(*values)
@@ -50,7 +51,7 @@ def test_a_newer_senders_longer_block_is_skipped_to_its_var_fields() -> None:
         *values
     )
     message = HEADER.pack(DESCRIPTOR_BLOCK.size + 8, 22, 101, 14) + body
-    fast = AeronArchive._decode_response(SimpleNamespace(_codec=CODEC), memoryview(message))  # type: ignore[arg-type]
+    fast = ResponsePoller.decode(SimpleNamespace(_codec=CODEC), memoryview(message))  # type: ignore[arg-type]
     assert descriptor_from_message(fast) == RecordingDescriptor(*values)
 
 
@@ -64,14 +65,14 @@ def test_a_truncated_body_is_refused_never_read_past_its_end() -> None:
         descriptor_from_body(body, 0, end, block_length=DESCRIPTOR_BLOCK.size - 8)  # an older, shorter block
     message = ControlResponseProxy().recording_descriptor(1, 2, body[16:])
     with pytest.raises(CodecError, match="RecordingDescriptor"):
-        AeronArchive._decode_response(SimpleNamespace(_codec=CODEC), memoryview(message[:-1]))  # type: ignore[arg-type]
+        ResponsePoller.decode(SimpleNamespace(_codec=CODEC), memoryview(message[:-1]))  # type: ignore[arg-type]
 
 
 def test_an_older_senders_shorter_block_goes_through_the_codec() -> None:
     values, body = random_body(random.Random(3))
     short = DESCRIPTOR_BLOCK.size - 8  # the last two int32 fields missing: the codec fills them in as null
     message = HEADER.pack(short, 22, 101, 14) + body[:short] + body[DESCRIPTOR_BLOCK.size :]
-    decoded = AeronArchive._decode_response(SimpleNamespace(_codec=CODEC), memoryview(message))  # type: ignore[arg-type]
+    decoded = ResponsePoller.decode(SimpleNamespace(_codec=CODEC), memoryview(message))  # type: ignore[arg-type]
     assert not isinstance(decoded, DescriptorMessage)
     assert decoded == CODEC.decode(message)
     assert (decoded.recording_id, decoded.original_channel) == (values[2], values[14])
@@ -79,5 +80,5 @@ def test_an_older_senders_shorter_block_goes_through_the_codec() -> None:
 
 def test_other_responses_still_go_through_the_codec() -> None:
     ok = ControlResponseProxy().control_response(7, 8, 9, 0, "")
-    decoded = AeronArchive._decode_response(SimpleNamespace(_codec=CODEC), memoryview(ok))  # type: ignore[arg-type]
+    decoded = ResponsePoller.decode(SimpleNamespace(_codec=CODEC), memoryview(ok))  # type: ignore[arg-type]
     assert decoded == CODEC.decode(ok)

@@ -1,0 +1,720 @@
+"""Replicating a recording from another archive (Java's or ours) into this one: `ReplicationSession`.
+
+As in Java's `ReplicationSession`, one session per replication runs on the conductor thread, one state at a time,
+never waiting: it connects to the source archive (`AsyncConnect`), lists the source recording, creates the
+destination recording from the source's descriptor (or extends one that exists), subscribes to a replay of the source
+recording as an extension of that destination recording, asks the source archive for the replay and follows its
+image until the source's stop (SYNC), the requested stop position, or the end of the replay; with a live destination
+it then catches up with the live stream and merges onto it (MERGE), and the destination goes on recording it.
+Every state change resets the action clock; a state that makes no progress for the action timeout fails the
+replication. `docs/control-protocol.md` ("Replication") has Java's behaviour in full, which this follows: states,
+checks, signals, error texts (prefixed as Java's; ours add where the failure happened: the source archive, recording
+and position).
+
+What the session needs from the conductor is `ReplicationHost`; from the source archive, a connected
+`AeronArchive` used asynchronously (`send`, `poll_responses`), as Java's session uses the source's `ArchiveProxy` and
+response pollers. Time comes in as `now_ns`; tests drive every state with fakes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Protocol
+
+from aeron_archive_spark.archive.channel import ChannelUri
+from aeron_archive_spark.archive.client.response_poller import DescriptorMessage
+from aeron_archive_spark.archive.codecs import messages as m
+from aeron_archive_spark.archive.codecs import templates as t
+from aeron_archive_spark.archive.constants import NULL_POSITION, ControlResponseCode, RecordingSignal
+from aeron_archive_spark.archive.exceptions import ArchiveDisconnectedError, ArchiveError, ErrorCode
+from aeron_archive_spark.archive.storage.frames import to_int32
+
+if TYPE_CHECKING:
+    from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
+    from aeron_archive_spark.archive.client.async_connect import Connected
+    from aeron_archive_spark.archive.descriptor import RecordingDescriptor
+
+log = logging.getLogger(__name__)
+
+NULL_VALUE = -1
+# With nothing awaited, the source's control stream is polled this often for errors (Java: 100 ms).
+SOURCE_POLL_INTERVAL_NS = 100_000_000
+# A live merge adds the live destination once the replay is this close to the source's recorded position (the
+# smaller of a quarter term and this), and removes the replay once caught up (Java's ReplicationSession values).
+LIVE_ADD_MAX_WINDOW = 32 * 1024 * 1024
+REPLAY_REMOVE_THRESHOLD = 0
+RETRY_ATTEMPTS = 3
+
+
+class ReplicationState(Enum):
+    CONNECT = "CONNECT"
+    REPLICATE_DESCRIPTOR = "REPLICATE_DESCRIPTOR"
+    SRC_RECORDING_POSITION = "SRC_RECORDING_POSITION"
+    EXTEND = "EXTEND"
+    REPLAY = "REPLAY"
+    AWAIT_IMAGE = "AWAIT_IMAGE"
+    REPLICATE = "REPLICATE"
+    CATCHUP = "CATCHUP"
+    ATTEMPT_LIVE_JOIN = "ATTEMPT_LIVE_JOIN"
+    DONE = "DONE"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationRequest:
+    """A replicate request of any of its three forms, as Java's `ControlSessionAdapter` maps them onto one call:
+    fields a form or an older version of ReplicateRequest2 lacks take Java's defaults (-1, empty)."""
+
+    correlation_id: int
+    src_recording_id: int
+    dst_recording_id: int
+    stop_position: int
+    channel_tag_id: int
+    subscription_tag_id: int
+    src_control_stream_id: int
+    src_control_channel: str
+    live_destination: str
+    replication_channel: str
+    file_io_max_length: int
+    replication_session_id: int
+    encoded_credentials: bytes
+    src_response_channel: str
+
+    @classmethod
+    def of(cls, msg: m.ReplicateRequest | m.TaggedReplicateRequest | m.ReplicateRequest2) -> ReplicationRequest:
+        if isinstance(msg, m.ReplicateRequest2):
+            version = msg.header.version
+            return cls(
+                correlation_id=msg.correlation_id,
+                src_recording_id=msg.src_recording_id,
+                dst_recording_id=msg.dst_recording_id,
+                stop_position=msg.stop_position,
+                channel_tag_id=msg.channel_tag_id,
+                subscription_tag_id=msg.subscription_tag_id,
+                src_control_stream_id=msg.src_control_stream_id,
+                src_control_channel=msg.src_control_channel,
+                live_destination=msg.live_destination,
+                replication_channel=msg.replication_channel,
+                file_io_max_length=msg.file_io_max_length if version >= 7 else NULL_VALUE,
+                replication_session_id=msg.replication_session_id if version >= 8 else NULL_VALUE,
+                encoded_credentials=bytes(msg.encoded_credentials) if version >= 8 else b"",
+                src_response_channel=msg.src_response_channel if version >= 10 else "",
+            )
+        tags = (
+            (msg.channel_tag_id, msg.subscription_tag_id)
+            if isinstance(msg, m.TaggedReplicateRequest)
+            else (NULL_VALUE, NULL_VALUE)
+        )
+        return cls(
+            correlation_id=msg.correlation_id,
+            src_recording_id=msg.src_recording_id,
+            dst_recording_id=msg.dst_recording_id,
+            stop_position=NULL_POSITION,
+            channel_tag_id=tags[0],
+            subscription_tag_id=tags[1],
+            src_control_stream_id=msg.src_control_stream_id,
+            src_control_channel=msg.src_control_channel,
+            live_destination=msg.live_destination,
+            replication_channel="",
+            file_io_max_length=NULL_VALUE,
+            replication_session_id=NULL_VALUE,
+            encoded_credentials=b"",
+            src_response_channel="",
+        )
+
+
+class ReplicaSubscription(Protocol):
+    """The destination's recording subscription, as the session watches it."""
+
+    @property
+    def registration_id(self) -> int: ...
+
+    @property
+    def is_closed(self) -> bool: ...
+
+    def try_resolve_channel_endpoint_port(self, timeout_s: float = 0.0) -> str | None: ...
+
+    def image_by_session_id(self, session_id: int) -> Any: ...
+
+    def async_add_destination(self, uri: str) -> PendingChange: ...
+
+    def async_remove_destination(self, uri: str) -> PendingChange: ...
+
+
+class PendingChange(Protocol):
+    """A destination being added or removed (`native.PendingDestination`)."""
+
+    def poll(self) -> bool:
+        """True once applied; raises if the media driver refused it."""
+
+
+class ReplicationHost(Protocol):
+    """What a replication needs from the conductor that owns it."""
+
+    def new_replica(self, descriptor: RecordingDescriptor) -> int:
+        """Add the destination recording: every field the source's, stopped at its start (returns its id)."""
+
+    def replace_replica(self, recording_id: int, descriptor: RecordingDescriptor) -> None:
+        """An empty destination recording takes on the source's descriptor (its id kept)."""
+
+    def stop_position(self, recording_id: int) -> int: ...
+
+    def recorded_position(self, recording_id: int) -> int:
+        """What a recording holds: its live position while recorded, else its stop position."""
+
+    def extend_replica(
+        self, replication_id: int, control_session_id: int, recording_id: int, stream_id: int, channel: str
+    ) -> ReplicaSubscription:
+        """Subscribe (REMOTE, auto-stop) to record the replay as an extension of `recording_id`; raises
+        `ArchiveError` as an ExtendRecordingRequest would be refused."""
+
+    def stop_replica_subscription(self, subscription_id: int) -> None:
+        """Stop the recording subscription (its recording stops at what it has written)."""
+
+    def signal(
+        self,
+        control_session_id: int,
+        correlation_id: int,
+        recording_id: int,
+        subscription_id: int,
+        position: int,
+        signal: RecordingSignal,
+    ) -> None: ...
+
+    def send_error(self, control_session_id: int, correlation_id: int, error_code: int, message: str) -> None: ...
+
+    def on_replication_error(self, message: str, error: BaseException) -> None:
+        """Count (and log) a replication that failed."""
+
+
+class SourceConnect(Protocol):
+    """An asynchronous connect to the source archive (`client.async_connect.AsyncConnect`)."""
+
+    def poll(self) -> Connected | None: ...
+
+    def close(self) -> None: ...
+
+
+class ReplicationSession:
+    """One replication (see the module docstring); driven by the conductor's `do_work`."""
+
+    def __init__(
+        self,
+        *,
+        replication_id: int,
+        control_session_id: int,
+        request: ReplicationRequest,
+        replication_channel: str,
+        dst_descriptor: RecordingDescriptor | None,
+        host: ReplicationHost,
+        connect: Callable[[], SourceConnect],
+        wrap: Callable[[Connected], AeronArchive],
+        action_timeout_ns: int,
+        now_ns: int,
+    ) -> None:
+        """`dst_descriptor`: the destination recording when the request names one; `connect` starts the connect to
+        the source; `wrap` makes the connected session a client (`AeronArchive.of`)."""
+        self.replication_id = replication_id
+        self.control_session_id = control_session_id
+        self.request = request
+        self.replication_channel = replication_channel
+        self._host = host
+        self._connect_factory = connect
+        self._wrap = wrap
+        self._timeout_ns = action_timeout_ns
+        self.src_recording_id = request.src_recording_id
+        self.dst_recording_id = request.dst_recording_id
+        self.dst_stop_position = request.stop_position
+        self.live_destination = request.live_destination or None
+        self.is_tagged = request.channel_tag_id != NULL_VALUE or request.subscription_tag_id != NULL_VALUE
+        self.channel_tag_id = replication_id if request.channel_tag_id == NULL_VALUE else request.channel_tag_id
+        self.subscription_tag_id = (
+            replication_id if request.subscription_tag_id == NULL_VALUE else request.subscription_tag_id
+        )
+        self.replay_position = NULL_POSITION
+        self.replay_stream_id = 0
+        self.replay_session_id = 0
+        self.src_stop_position = NULL_POSITION
+        self.src_recording_position = NULL_POSITION
+        self.src_replay_session_id = NULL_VALUE
+        self.dst_is_empty = False
+        if dst_descriptor is not None:
+            self.replay_position = dst_descriptor.stop_position
+            self.replay_stream_id = dst_descriptor.stream_id
+            self.dst_is_empty = dst_descriptor.start_position == dst_descriptor.stop_position
+        self.state = ReplicationState.CONNECT
+        self.done_reason = ""
+        self._connect: SourceConnect | None = None
+        self.src: AeronArchive | None = None
+        self.subscription: ReplicaSubscription | None = None
+        self.image: Any = None
+        self._replay_destination: str | None = None
+        self._destination_changes: list[PendingChange] = []
+        self._live_added = False
+        self._retries = RETRY_ATTEMPTS
+        self._active_correlation_id = NULL_VALUE
+        self._action_started_ns = now_ns
+        self._next_source_poll_ns = now_ns
+        self._now_ns = now_ns
+
+    # ---- the Session contract ---------------------------------------------------------------------------------
+
+    @property
+    def session_id(self) -> int:
+        return self.replication_id
+
+    def is_done(self) -> bool:
+        return self.state is ReplicationState.DONE
+
+    def abort(self, reason: str = "") -> None:
+        self._set_state(ReplicationState.DONE, reason or "abort")
+
+    def do_work(self, now_ns: int) -> int:
+        self._now_ns = now_ns
+        try:
+            if self.subscription is not None and self.subscription.is_closed:
+                self._on_subscription_closed()
+                return 1
+            work = self._step()
+            self._poll_destination_changes()
+            self._poll_source_errors()
+            return work
+        except Exception as ex:
+            message = self._describe_failure(ex)
+            self._set_state(ReplicationState.DONE, message)
+            self._error(ErrorCode.GENERIC, message)
+            self._host.on_replication_error(message, ex)
+            return 1
+
+    def close(self) -> None:
+        """Stop recording (if the session still holds the subscription), stop the source's replay, close the
+        connection to the source; then REPLICATE_END (the recording's STOP follows from the recorder)."""
+        subscription, self.subscription = self.subscription, None
+        if subscription is not None:
+            self._host.stop_replica_subscription(subscription.registration_id)
+        src = self.src
+        if src is not None and self.src_replay_session_id != NULL_VALUE:
+            replay_session_id, self.src_replay_session_id = self.src_replay_session_id, NULL_VALUE
+            try:
+                src.send(lambda ids: m.StopReplayRequest.of(**ids, replay_session_id=replay_session_id))
+            except Exception as ex:
+                self._host.on_replication_error(f"replication {self.replication_id}: stop replay failed: {ex}", ex)
+        image, self.image = self.image, None
+        if image is not None:
+            image.close()
+        connect, self._connect = self._connect, None
+        if connect is not None:
+            connect.close()
+        self.src = None
+        if src is not None:
+            try:
+                src.close()
+            except Exception as ex:
+                log.debug("replication %d: closing the source session: %s", self.replication_id, ex)
+        self._signal(NULL_POSITION, RecordingSignal.REPLICATE_END)
+
+    # ---- states -----------------------------------------------------------------------------------------------
+
+    def _step(self) -> int:
+        state = self.state
+        if state is ReplicationState.CONNECT:
+            return self._do_connect()
+        if state is ReplicationState.REPLICATE_DESCRIPTOR:
+            return self._do_replicate_descriptor()
+        if state is ReplicationState.SRC_RECORDING_POSITION:
+            return self._do_src_recording_position()
+        if state is ReplicationState.EXTEND:
+            return self._do_extend()
+        if state is ReplicationState.REPLAY:
+            return self._do_replay()
+        if state is ReplicationState.AWAIT_IMAGE:
+            return self._do_await_image()
+        if state is ReplicationState.REPLICATE:
+            return self._do_replicate()
+        if state is ReplicationState.CATCHUP:
+            return self._do_catchup()
+        if state is ReplicationState.ATTEMPT_LIVE_JOIN:
+            return self._do_attempt_live_join()
+        return 0
+
+    def _do_connect(self) -> int:
+        if self._connect is None:
+            self._connect = self._connect_factory()
+            return 1
+        try:
+            connected = self._connect.poll()
+        except ArchiveError as ex:
+            self._connect = None  # a failed connect closed what it added
+            message = f"Replication connection failed={ex.message}"
+            self._set_state(ReplicationState.DONE, message)
+            self._error(ErrorCode.REPLICATION_CONNECTION_FAILURE, message)
+            return 1
+        if connected is None:
+            return 0
+        self._connect = None
+        self.src = self._wrap(connected)
+        self._set_state(ReplicationState.REPLICATE_DESCRIPTOR, "connected to the archive")
+        return 1
+
+    def _do_replicate_descriptor(self) -> int:
+        src = self._source()
+        if self._active_correlation_id == NULL_VALUE:
+            src_id = self.src_recording_id
+            self._track(src.send(lambda ids: m.ListRecordingRequest.of(**ids, recording_id=src_id)))
+            return 1
+        work = 0
+        for msg in src.poll_responses():
+            work += 1
+            if isinstance(msg, DescriptorMessage) and msg.correlation_id == self._active_correlation_id:
+                self._on_recording_descriptor(msg.descriptor)
+                return work
+            if self._is_response(msg):
+                if msg.code == ControlResponseCode.ERROR:
+                    raise ArchiveError(
+                        f"response for correlationId={msg.correlation_id}, error: {msg.error_message}",
+                        msg.relevant_id,
+                    )
+                if (
+                    msg.correlation_id == self._active_correlation_id
+                    and msg.code == ControlResponseCode.RECORDING_UNKNOWN
+                ):
+                    message = f"unknown src recording id {self.src_recording_id}"
+                    self._set_state(ReplicationState.DONE, message)
+                    self._error(ErrorCode.UNKNOWN_RECORDING, message)
+                    return work
+        if work == 0:
+            self._check_timeout("failed to fetch remote recording descriptor")
+        return work
+
+    def _on_recording_descriptor(self, d: RecordingDescriptor) -> None:
+        self.src_stop_position = d.stop_position
+        self.replay_stream_id = d.stream_id
+        use_given = self.live_destination is None and self.request.replication_session_id != NULL_VALUE
+        self.replay_session_id = self.request.replication_session_id if use_given else d.session_id
+        file_io = self.request.file_io_max_length
+        if file_io != NULL_VALUE and file_io < d.mtu_length:
+            message = (
+                f"Replication fileIoMaxLength ({file_io}) is less than than the recording mtuLength ({d.mtu_length})"
+            )
+            self._set_state(ReplicationState.DONE, message)
+            self._error(ErrorCode.GENERIC, message)
+            return
+        if self.dst_recording_id == NULL_VALUE:
+            self.replay_position = d.start_position
+            self.dst_recording_id = self._host.new_replica(d)
+            self._signal(d.start_position, RecordingSignal.REPLICATE)
+        elif self.dst_is_empty:
+            self.replay_position = d.start_position
+            self._host.replace_replica(self.dst_recording_id, d)
+        next_state, reason = ReplicationState.EXTEND, ""
+        if self.live_destination is not None:
+            if d.stop_position != NULL_POSITION:
+                message = "cannot live merge without active source recording"
+                self._set_state(ReplicationState.DONE, message)
+                self._error(ErrorCode.GENERIC, message)
+                return
+            next_state, reason = ReplicationState.SRC_RECORDING_POSITION, f"liveDestination={self.live_destination}"
+        if d.start_position == d.stop_position or d.stop_position == self._host.stop_position(self.dst_recording_id):
+            self._signal(d.stop_position, RecordingSignal.SYNC)
+            next_state, reason = ReplicationState.DONE, "in sync"
+        self._set_state(next_state, reason)
+
+    def _do_src_recording_position(self) -> int:
+        answer = self._request_position()
+        if answer is None:
+            return 0
+        if answer == NULL_POSITION:
+            raise ArchiveError("cannot live merge without active source recording")
+        self.src_recording_position = answer
+        self._set_state(ReplicationState.EXTEND, "")
+        return 1
+
+    def _do_extend(self) -> int:
+        is_mds = self.is_tagged or self.live_destination is not None
+        uri = ChannelUri.parse(self.replication_channel)
+        endpoint = uri.get("endpoint")
+        params: dict[str, Any] = {"rejoin": "false", "session_id": self.replay_session_id}
+        channel = uri.with_params(**params)
+        if is_mds:
+            channel = channel.with_params(
+                endpoint=None, tags=f"{self.channel_tag_id},{self.subscription_tag_id}", control_mode="manual"
+            )
+        try:
+            subscription = self._host.extend_replica(
+                self.replication_id,
+                self.control_session_id,
+                self.dst_recording_id,
+                self.replay_stream_id,
+                str(channel),
+            )
+        except ArchiveError as ex:
+            self._set_state(ReplicationState.DONE, ex.message)
+            self._error(ex.error_code, ex.message)
+            return 1
+        self.subscription = subscription
+        if is_mds:
+            self._replay_destination = destination_uri(self.replication_channel, endpoint)
+            self._destination_changes.append(subscription.async_add_destination(self._replay_destination))
+            self._set_state(ReplicationState.REPLAY, f"replay destination added: {self._replay_destination}")
+        else:
+            self._set_state(ReplicationState.REPLAY, "replay destination added")
+        return 1
+
+    def _do_replay(self) -> int:
+        src = self._source()
+        subscription = self.subscription
+        assert subscription is not None
+        if self._active_correlation_id == NULL_VALUE:
+            resolved = subscription.try_resolve_channel_endpoint_port()
+            if resolved is None:
+                self._check_timeout(f"failed to resolve subscription endpoint: channel={self.replication_channel}")
+                return 0
+            channel = self._replay_channel(resolved)
+            length = (
+                NULL_VALUE if self.dst_stop_position == NULL_POSITION else self.dst_stop_position - self.replay_position
+            )
+            src_id, position, stream_id = self.src_recording_id, self.replay_position, self.replay_stream_id
+            file_io = self.request.file_io_max_length
+            self._track(
+                src.send(
+                    lambda ids: m.ReplayRequest.of(
+                        **ids,
+                        recording_id=src_id,
+                        position=position,
+                        length=length,
+                        replay_stream_id=stream_id,
+                        file_io_max_length=file_io,
+                        replay_token=NULL_VALUE,
+                        replay_channel=channel,
+                    )
+                )
+            )
+            return 1
+        answer = self._poll_answer()
+        if answer is None:
+            self._check_timeout(f"failed get acknowledgement of replay request to: {self.replication_channel}")
+            return 0
+        self.src_replay_session_id = answer
+        self._set_state(ReplicationState.AWAIT_IMAGE, f"srcReplaySessionId={answer}")
+        return 1
+
+    def _replay_channel(self, resolved: str) -> str:
+        """The replay channel the source sends to: the replication channel with the port the destination's
+        subscription bound, the replay's session id, and for a live merge no linger and no end of stream."""
+        uri = ChannelUri.parse(self.replication_channel)
+        endpoint = uri.get("endpoint")
+        if endpoint is not None and endpoint.endswith(":0"):
+            bound = ChannelUri.parse(resolved).get("endpoint")
+            if bound is not None:
+                uri = uri.with_params(endpoint=endpoint[: -len(":0")] + bound[bound.rindex(":") :])
+        params: dict[str, Any] = {"session_id": self.replay_session_id}
+        if self.live_destination is not None:
+            params.update(linger=0, eos="false")
+        return str(uri.with_params(**params))
+
+    def _do_await_image(self) -> int:
+        subscription = self.subscription
+        assert subscription is not None
+        image = subscription.image_by_session_id(to_int32(self.src_replay_session_id))
+        if image is None:
+            self._check_timeout(
+                f"failed get replay image for sessionId={to_int32(self.src_replay_session_id)} "
+                f"on channel={self.replication_channel}"
+            )
+            return 0
+        self.image = image
+        next_state = ReplicationState.REPLICATE if self.live_destination is None else ReplicationState.CATCHUP
+        self._set_state(next_state, f"image.sessionId={image.session_id}, image.joinPosition={image.join_position}")
+        return 1
+
+    def _do_replicate(self) -> int:
+        image = self.image
+        position = image.position
+        closed, end_of_stream = image.is_closed, image.is_end_of_stream
+        synced = self.src_stop_position != NULL_POSITION and position >= self.src_stop_position
+        bounded = self.dst_stop_position != NULL_POSITION and position >= self.dst_stop_position
+        if not (synced or bounded or end_of_stream or closed):
+            return 0
+        if synced:
+            self._signal(position, RecordingSignal.SYNC)
+        log.info(
+            "replication %d of recording %d into %d done at position %d (%s)",
+            self.replication_id,
+            self.src_recording_id,
+            self.dst_recording_id,
+            position,
+            "synced" if synced else "bounded" if bounded else "replay ended",
+        )
+        self.src_replay_session_id = NULL_VALUE
+        self._set_state(ReplicationState.DONE, "sync" if synced else "done")
+        return 1
+
+    def _on_subscription_closed(self) -> None:
+        """The destination stopped recording (the replay ended and auto-stop closed the subscription, or the
+        recording failed). Our recorder runs on its own thread, so that can happen between two of this session's
+        steps, after the last frames came: a replica that holds the source's stop is still SYNC."""
+        if self.state is ReplicationState.REPLICATE:
+            position = self._host.recorded_position(self.dst_recording_id)
+            if self.src_stop_position != NULL_POSITION and position >= self.src_stop_position:
+                self._signal(position, RecordingSignal.SYNC)
+                self.src_replay_session_id = NULL_VALUE
+        self._set_state(ReplicationState.DONE, "recording subscription closed")
+
+    def _do_catchup(self) -> int:
+        image = self.image
+        if image.position >= self.src_recording_position:
+            self._set_state(ReplicationState.ATTEMPT_LIVE_JOIN, f"caught up with {self.src_recording_position}")
+            return 1
+        if image.is_closed:
+            raise ArchiveError("replication image closed unexpectedly")
+        return 0
+
+    def _do_attempt_live_join(self) -> int:
+        image = self.image
+        src = self._source()
+        if self._active_correlation_id == NULL_VALUE:
+            src_id = self.src_recording_id
+            self._track(src.send(lambda ids: m.RecordingPositionRequest.of(**ids, recording_id=src_id)))
+            return 1
+        answer = self._poll_answer()
+        if answer is None:
+            if image.is_closed:
+                raise ArchiveError("replication image closed unexpectedly")
+            if self._now_ns - self._action_started_ns >= self._timeout_ns:
+                self._retries -= 1
+                if self._retries == 0:
+                    raise ArchiveError("failed to get recording position")
+                self._track(NULL_VALUE)
+            return 0
+        self._track(NULL_VALUE)
+        self._retries = RETRY_ATTEMPTS
+        if answer == NULL_POSITION:
+            raise ArchiveError("cannot live merge without active source recording")
+        self.src_recording_position = answer
+        position = image.position
+        subscription = self.subscription
+        assert subscription is not None and self.live_destination is not None
+        window = min(image.term_buffer_length >> 2, LIVE_ADD_MAX_WINDOW)
+        if not self._live_added and answer - position <= window:
+            self._destination_changes.append(subscription.async_add_destination(self.live_destination))
+            self._live_added = True
+        elif self._live_added and answer - position <= REPLAY_REMOVE_THRESHOLD and image.active_transport_count >= 2:
+            assert self._replay_destination is not None
+            self._destination_changes.append(subscription.async_remove_destination(self._replay_destination))
+            self._replay_destination = None
+            self.subscription = None  # the recording goes on with the live stream: no longer this session's
+            self._signal(position, RecordingSignal.MERGE)
+            self._set_state(ReplicationState.DONE, "merge")
+        return 1
+
+    # ---- talking to the source --------------------------------------------------------------------------------
+
+    def _source(self) -> AeronArchive:
+        assert self.src is not None
+        return self.src
+
+    def _is_response(self, msg: Any) -> bool:
+        return bool(
+            msg.template_id == t.CONTROL_RESPONSE
+            and self.src is not None
+            and msg.control_session_id == self.src.control_session_id
+        )
+
+    def _poll_answer(self) -> int | None:
+        """The relevant id of the OK to the active request, if it came; any ERROR of the session raises (Java's
+        `hasResponse`)."""
+        answer = None
+        for msg in self._source().poll_responses():
+            if not self._is_response(msg):
+                continue
+            if msg.code == ControlResponseCode.ERROR:
+                raise ArchiveError(str(msg.error_message), msg.relevant_id)
+            if msg.correlation_id == self._active_correlation_id and msg.code == ControlResponseCode.OK:
+                answer = int(msg.relevant_id)
+        return answer
+
+    def _request_position(self) -> int | None:
+        src = self._source()
+        if self._active_correlation_id == NULL_VALUE:
+            src_id = self.src_recording_id
+            self._track(src.send(lambda ids: m.RecordingPositionRequest.of(**ids, recording_id=src_id)))
+            return None
+        answer = self._poll_answer()
+        if answer is None:
+            self._check_timeout("failed to get recording position")
+        return answer
+
+    def _poll_destination_changes(self) -> None:
+        """Destinations being added or removed: a refusal by the media driver fails the replication."""
+        if self._destination_changes:
+            self._destination_changes = [change for change in self._destination_changes if not change.poll()]
+
+    def _poll_source_errors(self) -> None:
+        """With nothing awaited, poll the source's control stream now and then: an error, or the source gone,
+        fails the replication (Java's `pollSourceArchiveEvents`)."""
+        src = self.src
+        if src is None or self.state is ReplicationState.DONE or self._active_correlation_id != NULL_VALUE:
+            return
+        if self._now_ns < self._next_source_poll_ns:
+            return
+        self._next_source_poll_ns = self._now_ns + SOURCE_POLL_INTERVAL_NS
+        try:
+            messages = src.poll_responses()
+        except ArchiveDisconnectedError as ex:
+            raise ArchiveError("not connected") from ex
+        for msg in messages:
+            if self._is_response(msg) and msg.code == ControlResponseCode.ERROR:
+                raise ArchiveError(str(msg.error_message), msg.relevant_id)
+
+    # ---- bookkeeping ------------------------------------------------------------------------------------------
+
+    def _track(self, correlation_id: int) -> None:
+        self._active_correlation_id = correlation_id
+        self._action_started_ns = self._now_ns
+
+    def _check_timeout(self, message: str) -> None:
+        if self._now_ns - self._action_started_ns >= self._timeout_ns:
+            raise ArchiveError(message, ErrorCode.GENERIC)
+
+    def _set_state(self, state: ReplicationState, reason: str) -> None:
+        log.debug("replication %d: %s -> %s (%s)", self.replication_id, self.state.value, state.value, reason or "-")
+        if state is ReplicationState.DONE and not self.done_reason:
+            self.done_reason = reason
+        self.state = state
+        self._active_correlation_id = NULL_VALUE
+        self._action_started_ns = self._now_ns
+
+    def _signal(self, position: int, signal: RecordingSignal) -> None:
+        subscription_id = self.subscription.registration_id if self.subscription is not None else NULL_VALUE
+        self._host.signal(
+            self.control_session_id, self.replication_id, self.dst_recording_id, subscription_id, position, signal
+        )
+
+    def _error(self, code: int, message: str) -> None:
+        self._host.send_error(self.control_session_id, self.replication_id, code, message)
+
+    def _describe_failure(self, ex: Exception) -> str:
+        """Java's text first; then where: the source archive, its recording, the position reached."""
+        text = ex.message if isinstance(ex, ArchiveError) else str(ex)
+        position = self.image.position if self.image is not None and not self.image.is_closed else self.replay_position
+        return (
+            f"{text} (replication {self.replication_id} of recording {self.src_recording_id} from the archive at "
+            f"{self.request.src_control_channel} stream {self.request.src_control_stream_id} into recording "
+            f"{self.dst_recording_id}, at position {position}, in state {self.state.value})"
+        )
+
+
+def destination_uri(channel: str, endpoint: str | None) -> str:
+    """A destination of a multi-destination subscription for `channel`'s media and `endpoint` (Java's
+    `ChannelUri.createDestinationUri`: the media, the endpoint, and an interface if the channel names one)."""
+    uri = ChannelUri.parse(channel)
+    out = f"aeron:{uri.media}"
+    params = []
+    if endpoint is not None:
+        params.append(f"endpoint={endpoint}")
+    interface = uri.get("interface")
+    if interface is not None:
+        params.append(f"interface={interface}")
+    return out + ("?" + "|".join(params) if params else "")
