@@ -1,0 +1,239 @@
+"""Replication between our archive and the real Java Aeron 1.53 archive, both ways (issue 32).
+
+Two processes: Java's ArchivingMediaDriver (its own Java media driver and archive directory) and our
+`aeron-archive serve` (its embedded C media driver), each on its own UDP control port. The test's clients run on our
+archive's media driver and talk to both archives over UDP. A recording made in one archive is replicated into the
+other with the request Java's client sends (ReplicateRequest2):
+
+a. Java -> ours, a stopped recording: our archive's signals are Java's (REPLICATE, EXTEND, SYNC, REPLICATE_END,
+   STOP), the replica's descriptor carries the source's, and its segment files equal the Java archive's byte for byte;
+b. Java -> ours, bounded, then extended to the source's stop by a second replication;
+c. ours -> Java, a stopped recording: the Java archive's signals and segment files, the same way round;
+d. Java -> ours, a live recording merged onto the live stream (an MDC publication both archives subscribe to): MERGE,
+   and the replica goes on recording the live stream.
+
+Every test skips unless JAVA_AERON_HOME names a Java Aeron 1.53 build (see /work/shared/java-aeron/README.md):
+    JAVA_AERON_HOME=~/.cache/java-aeron .venv/bin/python -m pytest tests/interop/test_java153_replication.py
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import free_udp_port
+from interop.java153env import (
+    Java153Env,
+    Java153Unavailable,
+    JavaArchive,
+    OurArchive,
+    start_java_archive,
+    start_our_archive,
+    udp,
+)
+
+from aeron_archive_spark.archive.client import AeronArchive, ReplicationParams
+from aeron_archive_spark.archive.client.aeron_archive import RecordingSignalEvent
+from aeron_archive_spark.archive.constants import RecordingSignal, SourceLocation
+from aeron_archive_spark.archive.storage.segments import segment_file_name
+
+S = RecordingSignal
+CONTROL_STREAM_ID = 10
+RESPONSE = "aeron:udp?endpoint=localhost:0"
+TERM_LENGTH = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def env() -> Java153Env:
+    try:
+        return Java153Env.get()
+    except Java153Unavailable as ex:
+        pytest.skip(f"Java Aeron 1.53 unavailable: {ex}")
+
+
+@pytest.fixture
+def java(env: Java153Env, tmp_path: Path) -> Iterator[JavaArchive]:
+    archive = start_java_archive(env, tmp_path / "java", free_udp_port(),
+                                 "-Daeron.archive.segment.file.length=131072")
+    yield archive
+    archive.stop()
+
+
+@pytest.fixture
+def ours(tmp_path: Path) -> Iterator[OurArchive]:
+    archive = start_our_archive(tmp_path / "ours", tmp_path / "ours" / "archive", free_udp_port(),
+                                "--segment-length", "128k")
+    yield archive
+    archive.stop()
+
+
+class Client:
+    """A client of one archive on our archive's media driver, over UDP, keeping the signals it receives."""
+
+    def __init__(self, aeron_dir: str, control_channel: str) -> None:
+        self.signals: list[RecordingSignalEvent] = []
+        self.archive = AeronArchive.connect(aeron_dir, control_channel, CONTROL_STREAM_ID, RESPONSE,
+                                            recording_signal_consumer=self.signals.append, message_timeout_s=10)
+
+    def await_signal(self, correlation_id: int, signal: RecordingSignal, timeout: float = 30) -> list[RecordingSignal]:
+        deadline = time.monotonic() + timeout
+        while signal not in (got := [e.signal for e in self.signals if e.correlation_id == correlation_id]):
+            self.archive.poll_for_recording_signals()
+            assert time.monotonic() < deadline, f"no {signal.name} for {correlation_id} within {timeout}s: {got}"
+            time.sleep(0.005)
+        return got
+
+    def events(self, correlation_id: int) -> list[RecordingSignalEvent]:
+        return [e for e in self.signals if e.correlation_id == correlation_id]
+
+    def close(self) -> None:
+        self.archive.close()
+
+
+@pytest.fixture
+def clients(java: JavaArchive, ours: OurArchive) -> Iterator[tuple[Client, Client]]:
+    to_java = Client(ours.aeron_dir, java.control_channel)
+    to_ours = Client(ours.aeron_dir, ours.control_channel)
+    yield to_java, to_ours
+    to_java.close()
+    to_ours.close()
+
+
+def record(client: Client, count: int, stream_id: int) -> tuple[int, int]:
+    """`count` messages published from our media driver over UDP and recorded REMOTE by `client`'s archive;
+    returns (recording id, stop position)."""
+    channel = f"aeron:udp?endpoint=localhost:{free_udp_port()}|term-length={TERM_LENGTH}"
+    archive = client.archive
+    subscription_id = archive.start_recording(channel, stream_id, SourceLocation.REMOTE)
+    publication = archive.aeron.add_exclusive_publication(channel, stream_id)
+    deadline = time.monotonic() + 10
+    while not publication.is_connected:
+        assert time.monotonic() < deadline, "the archive did not subscribe"
+        time.sleep(0.01)
+    for i in range(count):
+        payload = bytes([i % 251]) * (50 + (i * 97) % 1900)
+        while publication.offer(payload) <= 0:
+            time.sleep(0.0001)
+    stop = publication.position
+    recording_id = -1
+    while recording_id < 0 or archive.get_recording_position(recording_id) < stop:
+        recording_id = archive.find_last_matching_recording(0, channel, stream_id, publication.session_id)
+        assert time.monotonic() < deadline + 20, "not recorded"
+        time.sleep(0.01)
+    archive.stop_recording_subscription(subscription_id)
+    while archive.get_stop_position(recording_id) != stop:
+        time.sleep(0.01)
+    publication.close()
+    return recording_id, stop
+
+
+def assert_same_segments(src_dir: Path, src_id: int, dst_dir: Path, dst_id: int, start: int, stop: int,
+                         segment: int) -> None:
+    base = start - start % segment
+    while base < stop:
+        want = (src_dir / segment_file_name(src_id, base)).read_bytes()
+        got = (dst_dir / segment_file_name(dst_id, base)).read_bytes()
+        lo, hi = max(start - base, 0), min(stop - base, segment)
+        assert got[lo:hi] == want[lo:hi], f"segment at {base}"
+        base += segment
+
+
+def assert_same_descriptor(src: AeronArchive, src_id: int, dst: AeronArchive, dst_id: int) -> None:
+    a, b = src.list_recording(src_id), dst.list_recording(dst_id)
+    for field in ("start_position", "stop_position", "initial_term_id", "segment_file_length", "term_buffer_length",
+                  "mtu_length", "session_id", "stream_id", "stripped_channel", "original_channel",
+                  "source_identity", "start_timestamp"):
+        assert getattr(b, field) == getattr(a, field), field
+
+
+def test_java_to_ours_a_stopped_recording(java, ours, clients):
+    to_java, to_ours = clients
+    src_id, stop = record(to_java, 400, 7101)
+    replication_id = to_ours.archive.replicate(src_id, CONTROL_STREAM_ID, java.control_channel)
+    signals = to_ours.await_signal(replication_id, S.STOP)
+    assert signals == [S.REPLICATE, S.EXTEND, S.SYNC, S.REPLICATE_END, S.STOP]
+    dst_id = to_ours.events(replication_id)[0].recording_id
+    assert to_ours.archive.get_stop_position(dst_id) == stop
+    assert_same_descriptor(to_java.archive, src_id, to_ours.archive, dst_id)
+    assert_same_segments(java.archive_dir, src_id, ours.archive_dir, dst_id, 0, stop, 128 * 1024)
+
+
+def test_java_to_ours_bounded_then_extended(java, ours, clients):
+    to_java, to_ours = clients
+    src_id, stop = record(to_java, 400, 7102)
+    bound = to_java.archive.get_stop_position(src_id) // 2 // 32 * 32
+    first = to_ours.archive.replicate(src_id, CONTROL_STREAM_ID, java.control_channel,
+                                      ReplicationParams(stop_position=bound))
+    assert to_ours.await_signal(first, S.STOP) == [S.REPLICATE, S.EXTEND, S.REPLICATE_END, S.STOP]
+    dst_id = to_ours.events(first)[0].recording_id
+    held = to_ours.archive.get_stop_position(dst_id)
+    assert held >= bound  # the frame starting before the bound comes whole
+    second = to_ours.archive.replicate(src_id, CONTROL_STREAM_ID, java.control_channel,
+                                       ReplicationParams(dst_recording_id=dst_id))
+    assert to_ours.await_signal(second, S.STOP) == [S.EXTEND, S.SYNC, S.REPLICATE_END, S.STOP]
+    assert to_ours.archive.get_stop_position(dst_id) == stop
+    assert_same_segments(java.archive_dir, src_id, ours.archive_dir, dst_id, 0, stop, 128 * 1024)
+
+
+def test_ours_to_java_a_stopped_recording(java, ours, clients):
+    to_java, to_ours = clients
+    src_id, stop = record(to_ours, 400, 7103)
+    replication_id = to_java.archive.replicate(src_id, CONTROL_STREAM_ID, ours.control_channel)
+    signals = to_java.await_signal(replication_id, S.STOP)
+    assert signals == [S.REPLICATE, S.EXTEND, S.SYNC, S.REPLICATE_END, S.STOP]
+    dst_id = to_java.events(replication_id)[0].recording_id
+    assert to_java.archive.get_stop_position(dst_id) == stop
+    assert_same_descriptor(to_ours.archive, src_id, to_java.archive, dst_id)
+    assert_same_segments(ours.archive_dir, src_id, java.archive_dir, dst_id, 0, stop, 128 * 1024)
+
+
+def test_java_to_ours_live_merge(java, ours, clients):
+    to_java, to_ours = clients
+    control = free_udp_port()
+    # fc=min: the publication waits for its slowest receiver. An MDC publication's default (max) lets the fast
+    # receiver (our replica, on the publisher's own driver) run a term window ahead of the Java archive's, which
+    # then loses data it can no longer have repaired, and its image times out: Aeron's behaviour, not the merge's.
+    live = f"aeron:udp?control-mode=dynamic|control=localhost:{control}|term-length={TERM_LENGTH}|fc=min"
+    subscription_id = to_java.archive.start_recording(live, 7104, SourceLocation.REMOTE)
+    publication = to_java.archive.aeron.add_publication(live, 7104)
+    deadline = time.monotonic() + 10
+    while not publication.is_connected:
+        assert time.monotonic() < deadline, "the Java archive did not join the live stream"
+        time.sleep(0.01)
+    for i in range(200):
+        while publication.offer(bytes([i % 251]) * 700) <= 0:
+            time.sleep(0.0001)
+    src_id = -1
+    while src_id < 0:
+        src_id = to_java.archive.find_last_matching_recording(0, live, 7104, publication.session_id)
+        time.sleep(0.01)
+    replication_id = to_ours.archive.replicate(
+        src_id, CONTROL_STREAM_ID, java.control_channel,
+        ReplicationParams(live_destination=live, replication_channel=f"aeron:udp?endpoint=localhost:{free_udp_port()}"))
+    assert to_ours.await_signal(replication_id, S.REPLICATE_END, timeout=60) == \
+        [S.REPLICATE, S.EXTEND, S.MERGE, S.REPLICATE_END]
+    dst_id = to_ours.events(replication_id)[0].recording_id
+    for i in range(300):
+        while publication.offer(bytes([(i + 7) % 251]) * 700) <= 0:
+            time.sleep(0.0001)
+    target = publication.position
+    deadline = time.monotonic() + 30
+    while to_ours.archive.get_recording_position(dst_id) < target or \
+            to_java.archive.get_recording_position(src_id) < target:
+        assert time.monotonic() < deadline, (
+            f"the replica did not go on recording the live stream to {target}: replica at "
+            f"{to_ours.archive.get_recording_position(dst_id)}, source at "
+            f"{to_java.archive.get_recording_position(src_id)} ({to_java.archive.list_recording(src_id)}); "
+            f"Java's log: {java.logs()[-3000:]}"
+        )
+        time.sleep(0.01)
+    to_java.archive.stop_recording_subscription(subscription_id)
+    publication.close()
+    to_ours.await_signal(replication_id, S.STOP, timeout=30)  # the live image went: auto-stop
+    stop = to_ours.archive.get_stop_position(dst_id)
+    assert stop >= target
+    java_stop = to_java.archive.get_stop_position(src_id)
+    assert_same_segments(java.archive_dir, src_id, ours.archive_dir, dst_id, 0, min(stop, java_stop), 128 * 1024)
