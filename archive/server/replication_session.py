@@ -239,6 +239,7 @@ class ReplicationSession:
         self.src_stop_position = NULL_POSITION
         self.src_recording_position = NULL_POSITION
         self.src_replay_session_id = NULL_VALUE
+        self.position = NULL_POSITION  # how far the replica got, once it records
         self.dst_is_empty = False
         if dst_descriptor is not None:
             self.replay_position = dst_descriptor.stop_position
@@ -531,12 +532,14 @@ class ReplicationSession:
 
     def _do_replicate(self) -> int:
         image = self.image
-        position = image.position
+        position = self.position = image.position
         closed, end_of_stream = image.is_closed, image.is_end_of_stream
         synced = self.src_stop_position != NULL_POSITION and position >= self.src_stop_position
         bounded = self.dst_stop_position != NULL_POSITION and position >= self.dst_stop_position
         if not (synced or bounded or end_of_stream or closed):
             return 0
+        if not (synced or bounded):
+            self._check_replay_ended_well(position, end_of_stream)
         if synced:
             self._signal(position, RecordingSignal.SYNC)
         log.info(
@@ -556,11 +559,30 @@ class ReplicationSession:
         recording failed). Our recorder runs on its own thread, so that can happen between two of this session's
         steps, after the last frames came: a replica that holds the source's stop is still SYNC."""
         if self.state is ReplicationState.REPLICATE:
-            position = self._host.recorded_position(self.dst_recording_id)
+            position = self.position = self._host.recorded_position(self.dst_recording_id)
             if self.src_stop_position != NULL_POSITION and position >= self.src_stop_position:
                 self._signal(position, RecordingSignal.SYNC)
                 self.src_replay_session_id = NULL_VALUE
+            elif self.dst_stop_position == NULL_POSITION or position < self.dst_stop_position:
+                self._check_replay_ended_well(position, end_of_stream=True)
         self._set_state(ReplicationState.DONE, "recording subscription closed")
+
+    def _check_replay_ended_well(self, position: int, end_of_stream: bool) -> None:
+        """The replay ended before the source's stop and the bound. A live source's replay ends so when its recording
+        stops (end of stream), as Java's does, silently; anything else means the source went away (Java is silent
+        here too): the replica is valid up to `position`, and the requester is told so."""
+        if self.src_stop_position == NULL_POSITION and end_of_stream:
+            return
+        expected = (
+            f"the source's stop position {self.src_stop_position}"
+            if self.src_stop_position != NULL_POSITION
+            else "the source recording's end"
+        )
+        self.src_replay_session_id = NULL_VALUE  # nothing to stop: it is gone
+        raise ArchiveError(
+            f"the replay from the source ended at position {position}, before {expected}; the replica holds the "
+            "recording up to there, valid"
+        )
 
     def _do_catchup(self) -> int:
         image = self.image
@@ -698,7 +720,9 @@ class ReplicationSession:
     def _describe_failure(self, ex: Exception) -> str:
         """Java's text first; then where: the source archive, its recording, the position reached."""
         text = ex.message if isinstance(ex, ArchiveError) else str(ex)
-        position = self.image.position if self.image is not None and not self.image.is_closed else self.replay_position
+        if self.image is not None and not self.image.is_closed:
+            self.position = self.image.position
+        position = self.position if self.position != NULL_POSITION else self.replay_position
         return (
             f"{text} (replication {self.replication_id} of recording {self.src_recording_id} from the archive at "
             f"{self.request.src_control_channel} stream {self.request.src_control_stream_id} into recording "
