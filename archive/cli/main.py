@@ -230,9 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--checksum", help="CRC-32 or CRC-32C, if the archive recorded checksums")
     verify.set_defaults(func=_cmd_verify)
 
-    from aeron_archive_spark.archive.cli import export, stats, tail
+    from aeron_archive_spark.archive.cli import export, mirror, stats, tail
 
     export.add_subparser(sub)
+    mirror.add_subparser(sub)
     stats.add_subparser(sub)
     tail.add_subparser(sub)
     _add_plugin_verbs(sub)
