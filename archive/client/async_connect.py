@@ -199,13 +199,24 @@ class AsyncConnect:
             raise ArchiveTimeoutError(timeout_message, ErrorCode.GENERIC, self._correlation_id)
 
     def _add(self) -> None:
-        self._publication = self.aeron.add_exclusive_publication(
-            control_channel_with_defaults(self.request_channel), self.request_stream_id
-        )
-        self.response_channel = add_session_id(
-            control_channel_with_defaults(self.response_channel), self._publication.session_id
-        )
-        self._subscription = self.aeron.add_subscription(self.response_channel, self.response_stream_id)
+        if ChannelUri.parse(self.response_channel).get("control-mode") == "response":
+            # Response mode (Java 1.53's `AsyncConnect`): the response subscription first, then the request
+            # publication naming it (`response-correlation-id`); the archive's response publication then answers
+            # this publication's image, wherever this client is, with no port of its own opened for it.
+            self.response_channel = control_channel_with_defaults(self.response_channel)
+            self._subscription = self.aeron.add_subscription(self.response_channel, self.response_stream_id)
+            request = ChannelUri.parse(control_channel_with_defaults(self.request_channel)).with_params(
+                response_correlation_id=self._subscription.registration_id
+            )
+            self._publication = self.aeron.add_exclusive_publication(str(request), self.request_stream_id)
+        else:
+            self._publication = self.aeron.add_exclusive_publication(
+                control_channel_with_defaults(self.request_channel), self.request_stream_id
+            )
+            self.response_channel = add_session_id(
+                control_channel_with_defaults(self.response_channel), self._publication.session_id
+            )
+            self._subscription = self.aeron.add_subscription(self.response_channel, self.response_stream_id)
         self._proxy = ArchiveProxy(self._publication, message_timeout_ns=self._timeout_ns)
         self._poller = ResponsePoller(self._subscription)
         uri = ChannelUri.parse(self.response_channel)

@@ -312,7 +312,22 @@ class ArchiveConductor(Agent):
         credentials: bytes,
         client_info: str,
         image_session_id: int,
+        image_correlation_id: int = -1,
     ) -> None:
+        """A control session for an AuthConnect (or ConnectRequest). A response channel in response mode
+        (`control-mode=response`) answers the request's image: its publication gets
+        `response-correlation-id=<image correlation id>`, as Java's `newControlSession` gives it."""
+        if ChannelUri.parse(response_channel).get("control-mode") == "response":
+            if image_correlation_id == -1:
+                self.on_protocol_error(
+                    f"response-mode connect on {response_channel} from image session {image_session_id}: the image "
+                    "is gone, no response publication can answer it",
+                    "response-mode connect",
+                )
+                return
+            response_channel = str(
+                ChannelUri.parse(response_channel).with_params(response_correlation_id=image_correlation_id)
+            )
         control_session_id = self._next_session_id()
         session = ControlSession(
             self,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from aeron_archive_spark.archive.codecs import CodecError, Message, load_archive_codec
@@ -89,6 +90,26 @@ HANDLERS: dict[type[Message], RequestHandler] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class _Connect:
+    """A connect whose answer must wait for its image's correlation id (a response-mode client)."""
+
+    msg: m.AuthConnectRequest | m.ConnectRequest
+    image_session_id: int
+
+
+def _image_correlation_id(subscription: Subscription, connect: _Connect) -> int:
+    """The correlation id of the image a connect came from (-1 if it is gone): a response-mode client's response
+    publication answers that image (Java: `image.correlationId()`)."""
+    image = subscription.image_by_session_id(connect.image_session_id)
+    if image is None:
+        return -1
+    try:
+        return int(image.correlation_id)
+    finally:
+        image.close()
+
+
 class ControlSessionHost(Protocol):
     """What the adapter needs from the conductor: create a session, find one, and count protocol errors."""
 
@@ -102,6 +123,7 @@ class ControlSessionHost(Protocol):
         credentials: bytes,
         client_info: str,
         image_session_id: int,
+        image_correlation_id: int = -1,
     ) -> None: ...
 
     def control_session(self, control_session_id: int) -> ControlSession | None: ...
@@ -121,11 +143,17 @@ class ControlSessionAdapter:
         self._subscriptions = subscriptions
         self._authorisation = authorisation_service
         self._codec = load_archive_codec()
+        self._response_mode_connects: list[_Connect] = []
 
     def poll(self) -> int:
         work = 0
         for subscription in self._subscriptions:
             work += subscription.poll(self._on_fragment, FRAGMENT_LIMIT)
+            if self._response_mode_connects:
+                # Looked up once the poll is over: the subscription is not usable from inside its own callback.
+                connects, self._response_mode_connects = self._response_mode_connects, []
+                for connect in connects:
+                    self._connect(connect.msg, connect.image_session_id, _image_correlation_id(subscription, connect))
         return work
 
     def _on_fragment(self, data: memoryview, header: HeaderValues) -> None:
@@ -142,7 +170,9 @@ class ControlSessionAdapter:
         except Exception as ex:  # a bug in one handler must not stop the conductor
             self._host.on_protocol_error(f"control request {msg.name} failed: {ex}", KIND_FAILED, ex)
 
-    def dispatch(self, msg: Message, image_session_id: int) -> None:
+    def _connect(
+        self, msg: m.AuthConnectRequest | m.ConnectRequest, image_session_id: int, image_correlation_id: int
+    ) -> None:
         if isinstance(msg, m.AuthConnectRequest):
             self._host.new_control_session(
                 correlation_id=msg.correlation_id,
@@ -152,18 +182,27 @@ class ControlSessionAdapter:
                 credentials=bytes(msg.encoded_credentials),
                 client_info=msg.client_info,
                 image_session_id=image_session_id,
+                image_correlation_id=image_correlation_id,
             )
             return
-        if isinstance(msg, m.ConnectRequest):  # Aeron <= 1.52 clients may still send the unauthenticated form
-            self._host.new_control_session(
-                correlation_id=msg.correlation_id,
-                response_stream_id=msg.response_stream_id,
-                version=msg.version,
-                response_channel=msg.response_channel,
-                credentials=b"",
-                client_info="",
-                image_session_id=image_session_id,
-            )
+        self._host.new_control_session(
+            correlation_id=msg.correlation_id,
+            response_stream_id=msg.response_stream_id,
+            version=msg.version,
+            response_channel=msg.response_channel,
+            credentials=b"",
+            client_info="",
+            image_session_id=image_session_id,
+            image_correlation_id=image_correlation_id,
+        )
+
+    def dispatch(self, msg: Message, image_session_id: int) -> None:
+        # Aeron <= 1.52 clients may still send the unauthenticated ConnectRequest.
+        if isinstance(msg, m.AuthConnectRequest | m.ConnectRequest):
+            if "control-mode=response" in msg.response_channel:
+                self._response_mode_connects.append(_Connect(msg, image_session_id))
+            else:
+                self._connect(msg, image_session_id, -1)
             return
         template_id = msg.template_id
         control_session_id = getattr(msg, "control_session_id", None)

@@ -10,7 +10,9 @@ a. Java -> ours, a stopped recording: our archive's signals are Java's (REPLICAT
 b. Java -> ours, bounded, then extended to the source's stop by a second replication;
 c. ours -> Java, a stopped recording: the Java archive's signals and segment files, the same way round;
 d. Java -> ours, a live recording merged onto the live stream (an MDC publication both archives subscribe to): MERGE,
-   and the replica goes on recording the live stream.
+   and the replica goes on recording the live stream;
+e. response-mode control sessions (`control-mode=response`) both ways: our client with Java's archive, Java's client
+   with ours (it then replays a recording whole).
 
 Every test skips unless JAVA_AERON_HOME names a Java Aeron 1.53 build (see /work/shared/java-aeron/README.md):
     JAVA_AERON_HOME=~/.cache/java-aeron .venv/bin/python -m pytest tests/interop/test_java153_replication.py
@@ -102,11 +104,10 @@ def clients(java: JavaArchive, ours: OurArchive) -> Iterator[tuple[Client, Clien
     to_ours.close()
 
 
-def record(client: Client, count: int, stream_id: int) -> tuple[int, int]:
-    """`count` messages published from our media driver over UDP and recorded REMOTE by `client`'s archive;
-    returns (recording id, stop position)."""
+def record(archive: AeronArchive, count: int, stream_id: int) -> tuple[int, int]:
+    """`count` messages published from our media driver over UDP and recorded REMOTE by `archive`; returns
+    (recording id, stop position)."""
     channel = f"aeron:udp?endpoint=localhost:{free_udp_port()}|term-length={TERM_LENGTH}"
-    archive = client.archive
     subscription_id = archive.start_recording(channel, stream_id, SourceLocation.REMOTE)
     publication = archive.aeron.add_exclusive_publication(channel, stream_id)
     deadline = time.monotonic() + 10
@@ -151,7 +152,7 @@ def assert_same_descriptor(src: AeronArchive, src_id: int, dst: AeronArchive, ds
 
 def test_java_to_ours_a_stopped_recording(java, ours, clients):
     to_java, to_ours = clients
-    src_id, stop = record(to_java, 400, 7101)
+    src_id, stop = record(to_java.archive, 400, 7101)
     replication_id = to_ours.archive.replicate(src_id, CONTROL_STREAM_ID, java.control_channel)
     signals = to_ours.await_signal(replication_id, S.STOP)
     assert signals == [S.REPLICATE, S.EXTEND, S.SYNC, S.REPLICATE_END, S.STOP]
@@ -163,7 +164,7 @@ def test_java_to_ours_a_stopped_recording(java, ours, clients):
 
 def test_java_to_ours_bounded_then_extended(java, ours, clients):
     to_java, to_ours = clients
-    src_id, stop = record(to_java, 400, 7102)
+    src_id, stop = record(to_java.archive, 400, 7102)
     bound = to_java.archive.get_stop_position(src_id) // 2 // 32 * 32
     first = to_ours.archive.replicate(src_id, CONTROL_STREAM_ID, java.control_channel,
                                       ReplicationParams(stop_position=bound))
@@ -180,7 +181,7 @@ def test_java_to_ours_bounded_then_extended(java, ours, clients):
 
 def test_ours_to_java_a_stopped_recording(java, ours, clients):
     to_java, to_ours = clients
-    src_id, stop = record(to_ours, 400, 7103)
+    src_id, stop = record(to_ours.archive, 400, 7103)
     replication_id = to_java.archive.replicate(src_id, CONTROL_STREAM_ID, ours.control_channel)
     signals = to_java.await_signal(replication_id, S.STOP)
     assert signals == [S.REPLICATE, S.EXTEND, S.SYNC, S.REPLICATE_END, S.STOP]
@@ -237,3 +238,25 @@ def test_java_to_ours_live_merge(java, ours, clients):
     assert stop >= target
     java_stop = to_java.archive.get_stop_position(src_id)
     assert_same_segments(java.archive_dir, src_id, ours.archive_dir, dst_id, 0, min(stop, java_stop), 128 * 1024)
+
+
+def test_our_response_mode_client_talks_to_java_s_archive(java, ours):
+    """Response channels as Java 1.53 links them: our client's responses come back on the connection it opened."""
+    response = f"aeron:udp?control-mode=response|control=localhost:{free_udp_port()}"
+    with AeronArchive.connect(ours.aeron_dir, java.control_channel, CONTROL_STREAM_ID, response,
+                              message_timeout_s=10) as client:
+        assert client.archive_id() == 7  # start-archive.sh's aeron.archive.id
+        assert client.list_recordings() == []
+
+
+def test_java_s_client_in_response_mode_replays_from_ours(env, ours):
+    """Java 1.53's client connects to our archive with a response-mode control response channel (our archive's
+    response publication answers the client's request image) and replays a recording whole."""
+    with AeronArchive.connect(ours.aeron_dir, ours.control_channel, CONTROL_STREAM_ID, RESPONSE) as client:
+        recording_id, stop = record(client, 100, 7105)
+    response = f"aeron:udp?control-mode=response|control=localhost:{free_udp_port()}"
+    result = env.run("JavaReplayDump", ours.aeron_dir, ours.control_channel, CONTROL_STREAM_ID, response,
+                     udp(free_udp_port()), 2002, 5000, recording_id, timeout=120)
+    (replay,) = result.json()["replays"]
+    assert replay["closedReason"] == "stop", replay
+    assert replay["endPosition"] == replay["stopPosition"] == stop

@@ -155,9 +155,11 @@ def test_connect_requests_create_control_sessions(
          version=PROTOCOL_SEMANTIC_VERSION, response_channel="aeron:ipc")
     assert host.connects == [
         {"correlation_id": 1, "response_stream_id": 20, "version": PROTOCOL_SEMANTIC_VERSION,
-         "response_channel": "aeron:ipc", "credentials": b"pw", "client_info": "me", "image_session_id": 44},
+         "response_channel": "aeron:ipc", "credentials": b"pw", "client_info": "me", "image_session_id": 44,
+         "image_correlation_id": -1},
         {"correlation_id": 2, "response_stream_id": 21, "version": PROTOCOL_SEMANTIC_VERSION,
-         "response_channel": "aeron:ipc", "credentials": b"", "client_info": "", "image_session_id": 45},
+         "response_channel": "aeron:ipc", "credentials": b"", "client_info": "", "image_session_id": 45,
+         "image_correlation_id": -1},
     ]
 
 
