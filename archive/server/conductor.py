@@ -702,6 +702,15 @@ class ArchiveConductor(Agent):
         recording_id = session.recording_id
         position = session.recorded_position
         self.catalog.recording_stopped(recording_id, position, self.ctx.epoch_clock())
+        replication = self._replications.get(session.correlation_id)  # an extension's correlation id: its replication
+        if (
+            replication is not None
+            and replication.subscription is not None
+            and (replication.subscription.registration_id == session.subscription_id)
+        ):
+            replication.on_replica_stopped(position)  # SYNC (or its error), then REPLICATE_END, before STOP
+            if replication.is_done():
+                self._close_replication(replication)
         self._recordings.pop(recording_id, None)
         self.counters.recording_sessions.set(len(self._recordings))
         if session.error is not None:

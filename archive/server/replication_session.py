@@ -276,18 +276,32 @@ class ReplicationSession:
         self._now_ns = now_ns
         try:
             if self.subscription is not None and self.subscription.is_closed:
-                self._on_subscription_closed()
+                self._on_subscription_closed(self._host.recorded_position(self.dst_recording_id))
                 return 1
             work = self._step()
             self._poll_destination_changes()
             self._poll_source_errors()
             return work
         except Exception as ex:
-            message = self._describe_failure(ex)
-            self._set_state(ReplicationState.DONE, message)
-            self._error(ErrorCode.GENERIC, message)
-            self._host.on_replication_error(message, ex)
+            self._fail(ex)
             return 1
+
+    def on_replica_stopped(self, position: int) -> None:
+        """The conductor closes the replica's recording at `position` (our recorder, on its own thread, may end it
+        between two of this session's steps): the session settles first (SYNC, or the error saying the replay ended
+        early), so the signals keep Java's order, the recording's STOP last."""
+        if self.state is ReplicationState.DONE:
+            return
+        try:
+            self._on_subscription_closed(position)
+        except Exception as ex:
+            self._fail(ex)
+
+    def _fail(self, ex: Exception) -> None:
+        message = self._describe_failure(ex)
+        self._set_state(ReplicationState.DONE, message)
+        self._error(ErrorCode.GENERIC, message)
+        self._host.on_replication_error(message, ex)
 
     def close(self) -> None:
         """Stop recording (if the session still holds the subscription), stop the source's replay, close the
@@ -554,12 +568,12 @@ class ReplicationSession:
         self._set_state(ReplicationState.DONE, "sync" if synced else "done")
         return 1
 
-    def _on_subscription_closed(self) -> None:
-        """The destination stopped recording (the replay ended and auto-stop closed the subscription, or the
-        recording failed). Our recorder runs on its own thread, so that can happen between two of this session's
-        steps, after the last frames came: a replica that holds the source's stop is still SYNC."""
+    def _on_subscription_closed(self, position: int) -> None:
+        """The destination stopped recording at `position` (the replay ended and auto-stop closed the subscription,
+        or the recording failed). Our recorder runs on its own thread, so that can happen between two of this
+        session's steps, after the last frames came: a replica that holds the source's stop is still SYNC."""
         if self.state is ReplicationState.REPLICATE:
-            position = self.position = self._host.recorded_position(self.dst_recording_id)
+            self.position = position
             if self.src_stop_position != NULL_POSITION and position >= self.src_stop_position:
                 self._signal(position, RecordingSignal.SYNC)
                 self.src_replay_session_id = NULL_VALUE

@@ -341,3 +341,17 @@ def test_older_request_forms_take_java_s_defaults(cls: str) -> None:
     r = ReplicationRequest.of(getattr(m, cls).of(**fields))
     assert (r.stop_position, r.file_io_max_length, r.replication_session_id, r.replication_channel) == (-1, -1, -1, "")
     assert (r.channel_tag_id, r.subscription_tag_id) == ((5, 6) if cls == "TaggedReplicateRequest" else (-1, -1))
+
+
+def test_the_conductor_closing_the_replica_settles_the_session_first() -> None:
+    rig = Rig()
+    rig.to_replicating()
+    rig.session.on_replica_stopped(SRC.stop_position)  # before the recording's STOP goes out
+    assert rig.state is ReplicationState.DONE and rig.host.signals[-1][4] is S.SYNC
+    rig.session.on_replica_stopped(SRC.stop_position)  # once only
+    assert [s[4] for s in rig.host.signals].count(S.SYNC) == 1
+    early = Rig()
+    early.to_replicating()
+    early.session.on_replica_stopped(1024)
+    assert early.state is ReplicationState.DONE
+    assert "ended at position 1024, before the source's stop position 8192" in early.host.errors[0][2]
