@@ -99,6 +99,22 @@ class ChannelUri:
                 new[name] = str(value).lower() if isinstance(value, bool) else str(value)
         return ChannelUri(self.media, new, self.prefix)
 
+    def with_endpoint_wildcard_port_replaced(self, resolved_endpoint: str) -> ChannelUri:
+        """Java's `ChannelUri.replaceEndpointWildcardPort`: an endpoint `host:0` takes the port of
+        `resolved_endpoint` (`host:port`, the address the driver bound); a channel without an endpoint takes the
+        whole of it; any other endpoint is kept."""
+        host, sep, port = resolved_endpoint.rpartition(":")
+        if not sep or not host:
+            raise ChannelError(f"No port specified on resolvedEndpoint={resolved_endpoint}")
+        if port == "0":
+            raise ChannelError(f"Wildcard port specified on resolvedEndpoint={resolved_endpoint}")
+        endpoint = self.get("endpoint")
+        if endpoint is None:
+            return self.with_params(endpoint=resolved_endpoint)
+        if endpoint.endswith(":0"):
+            return self.with_params(endpoint=f"{endpoint[: -len(':0')]}:{port}")
+        return self
+
     @property
     def is_udp(self) -> bool:
         return self.media == UDP_MEDIA

@@ -201,6 +201,7 @@ int aeron_subscription_close(
     aeron_subscription_t *subscription, aeron_notification_t on_close_complete, void *on_close_complete_clientd);
 int aeron_subscription_try_resolve_channel_endpoint_port(
     aeron_subscription_t *subscription, char *uri, size_t uri_len);
+int aeron_subscription_resolved_endpoint(aeron_subscription_t *subscription, const char *address, size_t address_len);
 int aeron_subscription_async_add_destination(
     aeron_async_destination_t **async, aeron_t *client, aeron_subscription_t *subscription, const char *uri);
 int aeron_subscription_async_remove_destination(

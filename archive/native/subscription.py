@@ -49,6 +49,8 @@ __all__ = ["Image", "ImageHandler", "ImageNative", "Subscription", "Subscription
 logger = logging.getLogger(__name__)
 
 _WILDCARD_PORT = re.compile(r"endpoint=[^|]*:0(?:\||$)")
+# Room for an address the driver reports (the C client's AERON_CLIENT_MAX_LOCAL_ADDRESS_STR_LEN is 64).
+_ADDRESS_LENGTH = 128
 
 ImageHandler = Callable[["Image"], object]
 
@@ -317,6 +319,18 @@ class Subscription(NativeWrapper[SubscriptionNative]):
             if time.monotonic() >= deadline:
                 return None
             time.sleep(POLL_INTERVAL_S)
+
+    def resolved_endpoint(self) -> str | None:
+        """The first local address (`host:port`) the media driver bound for this subscription, as Java's
+        `Subscription.resolvedEndpoint()`: for a multi-destination subscription (whose channel has no endpoint) the
+        first destination's, so a destination added with port 0 tells its port here. None until the driver has bound
+        one (the channel status is not yet active), for IPC, and once closed.
+        """
+        buffer = ffi.new("char[]", _ADDRESS_LENGTH)
+        found = self._n.call(get_lib().aeron_subscription_resolved_endpoint, buffer, len(buffer), closed=0)
+        if found < 0:
+            raise last_error(f"resolved endpoint of {self._n.describe()}")
+        return str(ffi.string(buffer).decode()) if found > 0 else None
 
     def images(self) -> list[Image]:
         """Snapshot of the current images; each returned Image holds its own reference until closed."""

@@ -134,7 +134,9 @@ class ReplicaSubscription(Protocol):
     @property
     def is_closed(self) -> bool: ...
 
-    def try_resolve_channel_endpoint_port(self, timeout_s: float = 0.0) -> str | None: ...
+    def resolved_endpoint(self) -> str | None:
+        """The first address the media driver bound for it (`host:port`; a multi-destination subscription's first
+        destination's), None until bound (Java's `Subscription.resolvedEndpoint()`)."""
 
     def image_by_session_id(self, session_id: int) -> Any: ...
 
@@ -220,6 +222,7 @@ class ReplicationSession:
         self.control_session_id = control_session_id
         self.request = request
         self.replication_channel = replication_channel
+        self._replication_uri = ChannelUri.parse(replication_channel)
         self._host = host
         self._connect_factory = connect
         self._wrap = wrap
@@ -482,8 +485,10 @@ class ReplicationSession:
         subscription = self.subscription
         assert subscription is not None
         if self._active_correlation_id == NULL_VALUE:
-            resolved = subscription.try_resolve_channel_endpoint_port()
-            if resolved is None:
+            # As Java, the replay is asked for once the driver has bound the subscription (for a multi-destination
+            # one, its replay destination), and to the port it bound. IPC binds nothing: it goes ahead at once.
+            resolved = subscription.resolved_endpoint() if self._replication_uri.is_udp else None
+            if resolved is None and self._replication_uri.is_udp:
                 self._check_timeout(f"failed to resolve subscription endpoint: channel={self.replication_channel}")
                 return 0
             channel = self._replay_channel(resolved)
@@ -515,15 +520,13 @@ class ReplicationSession:
         self._set_state(ReplicationState.AWAIT_IMAGE, f"srcReplaySessionId={answer}")
         return 1
 
-    def _replay_channel(self, resolved: str) -> str:
+    def _replay_channel(self, resolved: str | None) -> str:
         """The replay channel the source sends to: the replication channel with the port the destination's
-        subscription bound, the replay's session id, and for a live merge no linger and no end of stream."""
-        uri = ChannelUri.parse(self.replication_channel)
-        endpoint = uri.get("endpoint")
-        if endpoint is not None and endpoint.endswith(":0"):
-            bound = ChannelUri.parse(resolved).get("endpoint")
-            if bound is not None:
-                uri = uri.with_params(endpoint=endpoint[: -len(":0")] + bound[bound.rindex(":") :])
+        subscription bound (`resolved`, `host:port`) in place of a wildcard one, the replay's session id, and for a
+        live merge no linger and no end of stream."""
+        uri = self._replication_uri
+        if resolved is not None and uri.get("endpoint") is not None:
+            uri = uri.with_endpoint_wildcard_port_replaced(resolved)
         params: dict[str, Any] = {"session_id": self.replay_session_id}
         if self.live_destination is not None:
             params.update(linger=0, eos="false")

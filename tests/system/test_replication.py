@@ -243,9 +243,19 @@ def live_channel(port: int) -> str:
     return f"aeron:udp?control-mode=dynamic|control=localhost:{port}|term-length=65536"
 
 
-def test_a_tagged_replication_records_through_a_subscription_others_can_join(src, dst):
+def replication_channel(port: str) -> str:
+    """A UDP replication channel on a free port, or on the wildcard port 0 (the destination's driver binds one, and
+    for a multi-destination recording subscription the session learns it from the replay destination's binding)."""
+    return f"aeron:udp?endpoint=localhost:{free_udp_port() if port == 'free' else 0}"
+
+
+PORTS = [pytest.param("free", id="fixed-port"), pytest.param("wildcard", id="wildcard-port")]
+
+
+@pytest.mark.parametrize("port", PORTS)
+def test_a_tagged_replication_records_through_a_subscription_others_can_join(src, dst, port):
     d, _ = record_stopped(src, payloads_of([300] * 200), 6006)
-    channel = f"aeron:udp?endpoint=localhost:{free_udp_port()}"
+    channel = replication_channel(port)
     replication_id = dst.client.tagged_replicate(d.recording_id, -1, 7001, 7002, src.ctx.local_control_stream_id,
                                                  src.ctx.local_control_channel, replication_channel=channel)
     events = await_signals(dst, replication_id, S.STOP)
@@ -256,7 +266,8 @@ def test_a_tagged_replication_records_through_a_subscription_others_can_join(src
     assert subscribed.subscription_id > 0
 
 
-def test_a_live_replication_merges_onto_the_live_stream_and_goes_on_recording_it(src, dst):
+@pytest.mark.parametrize("port", PORTS)
+def test_a_live_replication_merges_onto_the_live_stream_and_goes_on_recording_it(src, dst, port):
     live = live_channel(free_udp_port())
     src.client.start_recording(live, 6007, SourceLocation.LOCAL)
     publication = src.client.aeron.add_publication(live, 6007)
@@ -264,7 +275,7 @@ def test_a_live_replication_merges_onto_the_live_stream_and_goes_on_recording_it
     for p in payloads_of([600] * 100, seed=4):
         while publication.offer(p) <= 0:
             time.sleep(0.0001)
-    channel = f"aeron:udp?endpoint=localhost:{free_udp_port()}"
+    channel = replication_channel(port)
     replication_id = replicate(dst, src, start.recording_id, live_destination=live, replication_channel=channel)
     merged = await_signals(dst, replication_id, S.REPLICATE_END, timeout=30)
     assert [e.signal for e in merged] == [S.REPLICATE, S.EXTEND, S.MERGE, S.REPLICATE_END]  # no STOP: the

@@ -613,6 +613,26 @@ def test_udp_wildcard_port_is_resolved(client: AeronClient, stream_id: int) -> N
         assert match is not None and int(match.group(1)) > 0
 
 
+def test_resolved_endpoint_is_the_bound_address_also_of_a_multi_destination_subscription(
+    client: AeronClient, stream_id: int
+) -> None:
+    with client.add_subscription("aeron:udp?endpoint=localhost:0", stream_id) as plain:
+        wait_until(plain.resolved_endpoint, "the subscription's port bound")
+        assert re.fullmatch(r"127\.0\.0\.1:[1-9]\d*", plain.resolved_endpoint() or "")
+    # A multi-destination subscription's channel has no endpoint: its first destination's bound address is the one
+    # (what try_resolve_channel_endpoint_port cannot tell: it answers the channel unchanged).
+    with client.add_subscription("aeron:udp?control-mode=manual", stream_id) as mds:
+        assert mds.resolved_endpoint() is None
+        change = mds.async_add_destination("aeron:udp?endpoint=localhost:0")
+        wait_until(change.poll, "the destination added")
+        wait_until(mds.resolved_endpoint, "the destination's port bound")
+        port = int((mds.resolved_endpoint() or "").rpartition(":")[2])
+        assert port > 0 and mds.try_resolve_channel_endpoint_port() == "aeron:udp?control-mode=manual"
+    with client.add_subscription("aeron:ipc", stream_id) as ipc:
+        assert ipc.resolved_endpoint() is None  # IPC binds nothing
+    assert mds.resolved_endpoint() is None  # closed
+
+
 def test_closing_twice_is_safe_and_closed_objects_are_inert(driver: EmbeddedMediaDriver, stream_id: int) -> None:
     aeron = AeronClient(driver.aeron_dir, client_name="short-lived")
     subscription = aeron.add_subscription("aeron:ipc", stream_id)

@@ -95,9 +95,9 @@ class FakeImage:
 
 
 class FakeSubscription:
-    """The replica's recording subscription. Its endpoint resolves as the native client's does: a channel whose
-    endpoint has a wildcard port comes back with the bound port, any other channel (one without an endpoint, as a
-    multi-destination subscription's) comes back unchanged; None while `bound` is False."""
+    """The replica's recording subscription. Its endpoint resolves as the native client's does: the first address
+    the driver bound, the channel's endpoint or, for a multi-destination subscription (no endpoint in its channel),
+    its first destination's, with a wildcard port bound to `BOUND_PORT`; None while `bound` is False."""
 
     registration_id = SUBSCRIPTION_ID
 
@@ -111,13 +111,15 @@ class FakeSubscription:
         self.removed: list[str] = []
         self.refuse_changes: Exception | None = None
 
-    def try_resolve_channel_endpoint_port(self, timeout_s: float = 0.0) -> str | None:
-        if not self.bound:
+    def resolved_endpoint(self) -> str | None:
+        uri = ChannelUri.parse(self.added[0] if self.added else self.channel)
+        if not self.bound or uri.is_ipc:
             return None
-        endpoint = ChannelUri.parse(self.channel).get("endpoint")
-        if endpoint is not None and endpoint.endswith(":0"):
-            return str(ChannelUri.parse(self.channel).with_params(endpoint=f"127.0.0.1:{BOUND_PORT}"))
-        return self.channel
+        endpoint = uri.get("endpoint")
+        if endpoint is None:  # a response channel: bound to any interface, on a port of its own
+            return f"0.0.0.0:{BOUND_PORT}"
+        port = endpoint.rpartition(":")[2]
+        return f"127.0.0.1:{BOUND_PORT if port == '0' else port}"
 
     def image_by_session_id(self, session_id: int) -> FakeImage | None:
         self.asked_sessions.append(session_id)
@@ -1080,16 +1082,25 @@ def test_the_live_join_gives_up_after_three_unanswered_position_requests():
     assert rig.error_texts()[0].startswith("failed to get recording position (")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: a live (or tagged) replication records through a multi-destination subscription whose channel has no "
-    "endpoint, so try_resolve_channel_endpoint_port returns that channel unchanged (as the native client does) and "
-    "_replay_channel keeps the replication channel's wildcard port: the source is asked to replay to localhost:0 "
-    "(Java resolves the replay destination's bound port through Subscription.resolvedEndpoint())"))
 def test_a_live_replication_over_a_wildcard_port_replays_to_the_bound_port():
     rig = live_rig(replication_channel=REPLICATION_CHANNEL)
     replay = rig.to_replay_requested(SRC_LIVE)
     assert rig.subscription.added == [REPLICATION_CHANNEL]  # the replay destination binds an ephemeral port
-    assert params(replay.replay_channel)["endpoint"] != "localhost:0"
+    assert params(replay.replay_channel)["endpoint"] == f"localhost:{BOUND_PORT}"
+
+
+def test_a_live_replication_waits_for_its_replay_destination_to_be_bound():
+    rig = live_rig(replication_channel=REPLICATION_CHANNEL)
+    rig.subscription.bound = False
+    rig.to_described(SRC_LIVE)
+    rig.work()
+    rig.source.respond(relevant_id=rig.live_position)
+    for _ in range(4):
+        rig.work()
+    assert rig.state is State.REPLAY and "ReplayRequest" not in rig.source.names()
+    rig.subscription.bound = True
+    rig.work()
+    assert params(rig.source.last("ReplayRequest").replay_channel)["endpoint"] == f"localhost:{BOUND_PORT}"
 
 
 # ---- the request's three forms ------------------------------------------------------------------------------------

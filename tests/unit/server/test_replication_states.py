@@ -87,10 +87,10 @@ class Subscription:
 
     def __init__(self) -> None:
         self.is_closed = False
-        self.resolved: str | None = "aeron:udp?endpoint=127.0.0.1:40001"
+        self.resolved: str | None = "127.0.0.1:40001"
         self.image: Image | None = None
 
-    def try_resolve_channel_endpoint_port(self, timeout_s: float = 0.0) -> str | None:
+    def resolved_endpoint(self) -> str | None:
         return self.resolved
 
     def image_by_session_id(self, session_id: int) -> Image | None:
