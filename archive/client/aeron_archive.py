@@ -24,6 +24,7 @@ from aeron_archive_spark.archive.client.async_connect import AsyncConnect, Conne
 from aeron_archive_spark.archive.client.connection import default_aeron_dir
 from aeron_archive_spark.archive.client.replication_params import ReplicationParams
 from aeron_archive_spark.archive.client.response_poller import DescriptorMessage, ResponsePoller
+from aeron_archive_spark.archive.client.response_replay import ReplayRequestPublication, is_response_channel
 from aeron_archive_spark.archive.codecs import Message
 from aeron_archive_spark.archive.codecs import messages as m
 from aeron_archive_spark.archive.codecs import templates as t
@@ -60,6 +61,7 @@ log = logging.getLogger(__name__)
 
 # Waiting for a control response: empty polls that only yield the CPU before the 0.1 ms sleeps begin.
 RESPONSE_WAIT_YIELDS = 10
+NULL_VALUE = -1
 
 
 class RequestIds(TypedDict):
@@ -101,8 +103,12 @@ class AeronArchive:
         message_timeout_ns: int,
         recording_signal_consumer: Callable[[RecordingSignalEvent], None] | None,
         archive_id: int = NULL_POSITION,
+        control_request_channel: str = CONTROL_CHANNEL_DEFAULT,
+        control_request_stream_id: int = CONTROL_STREAM_ID_DEFAULT,
     ) -> None:
         self.aeron = aeron
+        self.control_request_channel = control_request_channel
+        self.control_request_stream_id = control_request_stream_id
         self._owns_aeron = owns_aeron
         self._proxy = proxy
         self._poller = poller
@@ -130,6 +136,8 @@ class AeronArchive:
             connected.message_timeout_ns,
             recording_signal_consumer,
             connected.archive_id,
+            connected.control_request_channel,
+            connected.control_request_stream_id,
         )
 
     # -- connect / close -----------------------------------------------------------------------------------
@@ -243,16 +251,19 @@ class AeronArchive:
         if not self._subscription.is_connected:
             raise ArchiveDisconnectedError("archive is disconnected: control response stream has no connected image")
 
-    def _request(self, build: Callable[[RequestIds], Message]) -> tuple[int, str]:
-        """Send the request `build` makes of this session's id and a new correlation id (caller holds the lock);
-        returns the correlation id and the request's name (for errors)."""
+    def _request(
+        self, build: Callable[[RequestIds], Message], via: ArchiveProxy | None = None, correlation_id: int | None = None
+    ) -> tuple[int, str]:
+        """Send the request `build` makes of this session's id and a new correlation id (or `correlation_id`) on
+        the session's publication (or `via`); the caller holds the lock. Returns the correlation id and the
+        request's name (for errors)."""
         self._check_open()
         ids: RequestIds = {
             "control_session_id": self.control_session_id,
-            "correlation_id": self.aeron.next_correlation_id(),
+            "correlation_id": self.aeron.next_correlation_id() if correlation_id is None else correlation_id,
         }
         request = build(ids)
-        self._proxy.send(request)
+        (via or self._proxy).send(request)
         return ids["correlation_id"], request.name
 
     def _await_response(self, correlation_id: int, what: str) -> Any:
@@ -287,12 +298,14 @@ class AeronArchive:
             return relevant_id
 
     # -- asynchronous use --------------------------------------------------------------------------------------
-    def send(self, build: Callable[[RequestIds], Message]) -> int:
+    def send(self, build: Callable[[RequestIds], Message], via: ArchiveProxy | None = None) -> int:
         """Send a request without waiting for its answer; returns its correlation id (Java's asynchronous use of
         `archiveProxy()`). Its responses come from `poll_responses`: the synchronous calls drop answers they did
-        not ask for, so a session is used one way at a time (`client.replay.responses` is the asynchronous way)."""
+        not ask for, so a session is used one way at a time (`client.replay.responses` is the asynchronous way).
+        `via`: another publication to the archive to send it on (a response-channel replay's request publication,
+        `replay_request_publication`); the answer still comes on this session."""
         with self._lock:
-            correlation_id, _ = self._request(build)
+            correlation_id, _ = self._request(build, via)
             return correlation_id
 
     def poll_responses(self) -> list[Any]:
@@ -398,13 +411,22 @@ class AeronArchive:
         replay_channel: str,
         replay_stream_id: int,
         file_io_max_length: int = -1,
+        *,
+        subscription_registration_id: int = NULL_VALUE,
     ) -> int:
-        """Returns the replaySessionId; its low 32 bits are the replay image's session id."""
-        return self._request_ok(
-            lambda ids: replay_request(
-                ids, recording_id, position, length, replay_channel, replay_stream_id, file_io_max_length
-            )
-        )
+        """Returns the replaySessionId; its low 32 bits are the replay image's session id.
+
+        A response channel (`control-mode=response`, see `client.response_replay`) needs the registration id of
+        the caller's subscription on it (`subscription_registration_id`); the replay is then asked for over a
+        publication of its own, and what is returned is the request's correlation id (as Java's `startReplay`)."""
+
+        def build(ids: RequestIds, token: int = NULL_VALUE) -> m.ReplayRequest:
+            channel, stream_id = replay_channel, replay_stream_id
+            return replay_request(ids, recording_id, position, length, channel, stream_id, file_io_max_length, token)
+
+        if is_response_channel(replay_channel):
+            return self._start_replay_via_response_channel(recording_id, subscription_registration_id, build)
+        return self._request_ok(build)
 
     def start_bounded_replay(
         self,
@@ -415,9 +437,13 @@ class AeronArchive:
         replay_channel: str,
         replay_stream_id: int,
         file_io_max_length: int = -1,
+        *,
+        subscription_registration_id: int = NULL_VALUE,
     ) -> int:
-        return self._request_ok(
-            lambda ids: m.BoundedReplayRequest.of(
+        """A replay that stops at the limit counter's value (see `start_replay` for response channels)."""
+
+        def build(ids: RequestIds, token: int = NULL_VALUE) -> m.BoundedReplayRequest:
+            return m.BoundedReplayRequest.of(
                 **ids,
                 recording_id=recording_id,
                 position=position,
@@ -425,10 +451,13 @@ class AeronArchive:
                 limit_counter_id=limit_counter_id,
                 replay_stream_id=replay_stream_id,
                 file_io_max_length=file_io_max_length,
-                replay_token=-1,
+                replay_token=token,
                 replay_channel=replay_channel,
             )
-        )
+
+        if is_response_channel(replay_channel):
+            return self._start_replay_via_response_channel(recording_id, subscription_registration_id, build)
+        return self._request_ok(build)
 
     def replay(
         self,
@@ -440,19 +469,125 @@ class AeronArchive:
         limit_counter_id: int = NULL_COUNTER_ID,
         file_io_max_length: int = -1,
     ) -> Subscription:
-        """Start a replay and return a subscription to exactly that replay (session-id filtered)."""
-        if limit_counter_id != NULL_COUNTER_ID:
-            replay_session_id = self.start_bounded_replay(
-                recording_id, position, length, limit_counter_id, replay_channel, replay_stream_id, file_io_max_length
+        """Start a replay and return a subscription to exactly that replay (session-id filtered).
+
+        Over a response channel (`control-mode=response`, e.g. `aeron:udp?control-mode=response|control=host:port`,
+        as Java's `replay` does it through `replayViaResponseChannel`) the replay comes back on a connection this
+        client opens, so the archive needs no address of this host; the subscription is returned connected."""
+        if is_response_channel(replay_channel):
+            return self._replay_via_response_channel(
+                recording_id,
+                replay_channel,
+                replay_stream_id,
+                lambda subscription_id: self._start_replay_or_bounded(
+                    recording_id,
+                    replay_channel,
+                    replay_stream_id,
+                    position,
+                    length,
+                    limit_counter_id,
+                    file_io_max_length,
+                    subscription_id,
+                ),
             )
-        else:
-            replay_session_id = self.start_replay(
-                recording_id, position, length, replay_channel, replay_stream_id, file_io_max_length
-            )
+        replay_session_id = self._start_replay_or_bounded(
+            recording_id, replay_channel, replay_stream_id, position, length, limit_counter_id, file_io_max_length
+        )
         session_id = replay_session_id & 0xFFFFFFFF
         if session_id >= 1 << 31:
             session_id -= 1 << 32
         return self.aeron.add_subscription(add_session_id(replay_channel, session_id), replay_stream_id)
+
+    def _replay_via_response_channel(
+        self, recording_id: int, replay_channel: str, replay_stream_id: int, start: Callable[[int], int]
+    ) -> Subscription:
+        """Java's `replayViaResponseChannel`: the subscription on the response channel, the replay asked for naming
+        it (`start(its registration id)`, see `client.response_replay`), the subscription once connected to the
+        replay; it comes back on a connection this client opened, so the archive needs no address of this host."""
+        with self._lock:
+            subscription = self.aeron.add_subscription(replay_channel, replay_stream_id)
+            try:
+                start(subscription.registration_id)
+                deadline = time.monotonic_ns() + self._timeout_ns
+                while not subscription.is_connected:
+                    if time.monotonic_ns() > deadline:
+                        raise ArchiveTimeoutError(
+                            f"the replay of recording {recording_id} did not arrive on {replay_channel} stream "
+                            f"{replay_stream_id} within the message timeout"
+                        )
+                    time.sleep(0.0001)
+            except BaseException:
+                subscription.close()
+                raise
+            return subscription
+
+    def _start_replay_or_bounded(
+        self,
+        recording_id: int,
+        replay_channel: str,
+        replay_stream_id: int,
+        position: int,
+        length: int,
+        limit_counter_id: int,
+        file_io_max_length: int,
+        subscription_registration_id: int = NULL_VALUE,
+    ) -> int:
+        """`start_bounded_replay` with a limit counter, else `start_replay`."""
+        channel, stream_id, io_length = replay_channel, replay_stream_id, file_io_max_length
+        sub = subscription_registration_id
+        if limit_counter_id != NULL_COUNTER_ID:
+            limit = limit_counter_id
+            return self.start_bounded_replay(
+                recording_id, position, length, limit, channel, stream_id, io_length, subscription_registration_id=sub
+            )
+        return self.start_replay(
+            recording_id, position, length, channel, stream_id, io_length, subscription_registration_id=sub
+        )
+
+    def request_replay_token(self, recording_id: int) -> int:
+        """A replay token for `recording_id` (ReplayTokenRequest): valid for the archive's connect timeout, with this
+        session only; what a replay over a response channel is asked for with."""
+        return self._request_ok(lambda ids: m.ReplayTokenRequest.of(**ids, recording_id=recording_id))
+
+    def replay_request_publication(self, response_subscription_id: int) -> ReplayRequestPublication:
+        """Start adding the publication a response-channel replay is asked for on, for the response subscription
+        `response_subscription_id` (poll it; send the request `via` its proxy)."""
+        return ReplayRequestPublication(
+            self.aeron,
+            self.control_request_channel,
+            self.control_request_stream_id,
+            response_subscription_id,
+            self._timeout_ns,
+        )
+
+    def _start_replay_via_response_channel(
+        self, recording_id: int, subscription_registration_id: int, build: Callable[[RequestIds, int], Message]
+    ) -> int:
+        """Java's `startReplayViaResponseChannel`: a token, the request publication naming the subscription, the
+        replay request on it with the token (and the token request's correlation id); returns that id once OK."""
+        if subscription_registration_id == NULL_VALUE:
+            raise ArchiveError(
+                "when using startReplay with a response channel, ReplayParams::subscriptionRegistrationId must be set"
+            )
+        with self._lock:
+            correlation_id, name = self._request(lambda ids: m.ReplayTokenRequest.of(**ids, recording_id=recording_id))
+            token = int(self._await_response(correlation_id, name).relevant_id)
+            publication = self.replay_request_publication(subscription_registration_id)
+            try:
+                deadline = time.monotonic_ns() + self._timeout_ns
+                while (proxy := publication.poll()) is None:
+                    if time.monotonic_ns() > deadline:
+                        raise ArchiveTimeoutError(
+                            f"timed out wait for replay publication to connect: {publication.channel} stream "
+                            f"{publication.stream_id}"
+                        )
+                    time.sleep(0.0001)
+                _, name = self._request(lambda ids: build(ids, token), proxy, correlation_id)
+                self._await_response(correlation_id, name)
+                return correlation_id
+            finally:
+                while not publication.close():
+                    time.sleep(0.001)
 
     def stop_replay(self, replay_session_id: int) -> None:
         self._request_ok(lambda ids: m.StopReplayRequest.of(**ids, replay_session_id=replay_session_id))
@@ -749,9 +884,10 @@ def replay_request(
     replay_channel: str,
     replay_stream_id: int,
     file_io_max_length: int,
+    replay_token: int = NULL_VALUE,
 ) -> m.ReplayRequest:
-    """A ReplayRequest (no replay token: this client never uses one); what synchronous and asynchronous callers
-    (`client.replay.responses`) send alike."""
+    """A ReplayRequest (a replay token only over a response channel); what synchronous and asynchronous callers
+    (`client.replay.responses`, the archive's replication) send alike."""
     return m.ReplayRequest.of(
         **ids,
         recording_id=recording_id,
@@ -759,7 +895,7 @@ def replay_request(
         length=length,
         replay_stream_id=replay_stream_id,
         file_io_max_length=file_io_max_length,
-        replay_token=-1,
+        replay_token=replay_token,
         replay_channel=replay_channel,
     )
 

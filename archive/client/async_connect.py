@@ -83,6 +83,8 @@ class Connected:
     control_session_id: int
     archive_id: int
     message_timeout_ns: int
+    control_request_channel: str  # as given (a response-channel replay is asked for on a publication to it)
+    control_request_stream_id: int
 
 
 class AsyncConnect:
@@ -187,6 +189,8 @@ class AsyncConnect:
                     self._control_session_id,
                     msg.relevant_id,
                     self._timeout_ns,
+                    self.request_channel,
+                    self.request_stream_id,
                 )
                 self._publication = self._subscription = self._proxy = self._poller = None  # the session's now
                 return connected

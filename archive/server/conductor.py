@@ -63,6 +63,7 @@ from aeron_archive_spark.archive.server.rate_limited_log import DEFAULT_INTERVAL
 from aeron_archive_spark.archive.server.recording_events_proxy import RecordingEventsProxy
 from aeron_archive_spark.archive.server.recording_session import RecordingSession
 from aeron_archive_spark.archive.server.replay_session import LimitCounter, ReplaySession, replay_buffer_length
+from aeron_archive_spark.archive.server.replay_tokens import ReplayTokens
 from aeron_archive_spark.archive.server.replication_session import (
     ReplicaSubscription,
     ReplicationRequest,
@@ -150,6 +151,11 @@ class ArchiveConductor(Agent):
         self._replication_sessions: list[ReplicationSession] = []
         self._listings: list[Listing] = []
         self._replay_id = 1
+        # Tokens for replays over response channels, each valid for the connect timeout (Java's).
+        self._replay_tokens = ReplayTokens(ctx.connect_timeout_ns)
+        # What was given up before the media driver answered (a replication's replay request publication): polled
+        # each duty cycle until it is settled (closed), then forgotten.
+        self._settling: list[Callable[[], bool]] = []
         self._record_checksum: Checksum | None = checksum_for_name(ctx.record_checksum) if ctx.record_checksum else None
         self._replay_checksum: Checksum | None = checksum_for_name(ctx.replay_checksum) if ctx.replay_checksum else None
         self.recorder_totals = WorkerTotals()
@@ -266,6 +272,9 @@ class ArchiveConductor(Agent):
                     self._abandoned_replays.remove(abandoned)
         for delete in list(self._delete_sessions.values()):
             work += delete.do_work(now_ns)
+        self._replay_tokens.expire(now_ns)
+        if self._settling:
+            self._settling = [settle for settle in self._settling if not settle()]
         if self._replication_sessions:
             for replication in list(self._replication_sessions):
                 work += replication.do_work(now_ns)
@@ -376,6 +385,28 @@ class ArchiveConductor(Agent):
     def add_response_publication(self, channel: str, stream_id: int) -> ExclusivePublication:
         return self.aeron.add_exclusive_publication(channel, stream_id)
 
+    # -- replay tokens (replays over response channels) ------------------------------------------------------
+    def replay_token(self, session: ControlClient, request: m.ReplayTokenRequest) -> None:
+        """Java's `generateReplayToken`: given for any recording id (a replay of an unknown one is refused when
+        it is asked for), answered OK(relevantId = token)."""
+        token = self._replay_tokens.generate(session.control_session_id, request.recording_id, self._now_ns)
+        session.send_ok(request.correlation_id, token)
+
+    def token_replay_session(self, replay_token: int, recording_id: int) -> ControlSession:
+        control_session_id = self._replay_tokens.control_session_id(replay_token, recording_id, self._now_ns)
+        session = None if control_session_id is None else self._control_sessions.get(control_session_id)
+        if session is None:
+            raise ArchiveError(
+                self._replay_tokens.describe_refusal(replay_token, recording_id, self._now_ns), ErrorCode.GENERIC
+            )
+        return session
+
+    def settle_later(self, settle: Callable[[], bool]) -> None:
+        """Call `settle` each duty cycle until it answers True (something given up that the driver has yet to
+        answer, closed once it has)."""
+        if not settle():
+            self._settling.append(settle)
+
     def _close_control_session(self, session: ControlSession) -> None:
         if session.active_listing is not None:
             session.active_listing.abort()
@@ -386,6 +417,7 @@ class ArchiveConductor(Agent):
             session.counter.close()
             session.counter = None
         self._control_sessions.pop(session.control_session_id, None)
+        self._replay_tokens.remove_session(session.control_session_id)
         self.counters.control_sessions.set(len(self._control_sessions))
         self._session_events.info(
             "control session closed", "control session %d closed: %s", session.control_session_id, session.abort_reason
@@ -1259,12 +1291,6 @@ class ArchiveConductor(Agent):
             raise ArchiveError("response channels can't be used with live destinations", ErrorCode.GENERIC)
         if response_mode and (request.channel_tag_id != -1 or request.subscription_tag_id != -1):
             raise ArchiveError("response channels can't be used with tagged replication", ErrorCode.GENERIC)
-        if response_mode:
-            raise ArchiveError(
-                f"replication channel {channel}: response channels (control-mode=response) are not supported by "
-                "this archive yet",
-                ErrorCode.GENERIC,
-            )
         dst = None
         if request.dst_recording_id != -1:
             dst = self.catalog.find(request.dst_recording_id)

@@ -130,3 +130,6 @@ class ConductorPort(Protocol):
     ) -> None: ...
 
     def stop_replication(self, session: ControlClient, request: m.StopReplicationRequest) -> None: ...
+
+    def replay_token(self, session: ControlClient, request: m.ReplayTokenRequest) -> None:
+        """A replay token for the request's recording, owned by `session` (OK, relevantId = the token)."""

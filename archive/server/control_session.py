@@ -473,6 +473,12 @@ class ControlSession:
                 f"unauthorised action: {name} (templateId={template_id}) is not allowed for this client",
             )
 
+    def on_refused_request(self, correlation_id: int, name: str, refusal: ArchiveError) -> None:
+        """A request that named this session was refused before reaching it (a replay with a token no session
+        holds): an error naming why, if the session is active."""
+        if self.state is ControlSessionState.ACTIVE:
+            self.send_error(correlation_id, refusal.error_code, refusal.message)
+
     def _serve(self, name: str, correlation_id: int, serve: Callable[[], None]) -> None:
         """Hand a request to the conductor once the session may run it; its refusal becomes an error response."""
         if self._activate(name):
@@ -553,6 +559,9 @@ class ControlSession:
 
     def on_stop_replication(self, request: m.StopReplicationRequest) -> None:
         self._serve(request.name, request.correlation_id, lambda: self._conductor.stop_replication(self, request))
+
+    def on_replay_token_request(self, request: m.ReplayTokenRequest) -> None:
+        self._serve(request.name, request.correlation_id, lambda: self._conductor.replay_token(self, request))
 
     def on_archive_id(self, request: m.ArchiveIdRequest) -> None:
         if self._activate(request.name):

@@ -5,7 +5,10 @@ never waiting: it connects to the source archive (`AsyncConnect`), lists the sou
 destination recording from the source's descriptor (or extends one that exists), subscribes to a replay of the source
 recording as an extension of that destination recording, asks the source archive for the replay and follows its
 image until the source's stop (SYNC), the requested stop position, or the end of the replay; with a live destination
-it then catches up with the live stream and merges onto it (MERGE), and the destination goes on recording it.
+it then catches up with the live stream and merges onto it (MERGE), and the destination goes on recording it. Over a
+response channel (`control-mode=response` in the replication channel) the replay is asked for with a replay token
+(REPLAY_TOKEN) on a publication of the session's own naming the recording subscription (GET_ARCHIVE_PROXY), so the
+source's replay answers a connection the destination opened (`client.response_replay`).
 Every state change resets the action clock; a state that makes no progress for the action timeout fails the
 replication. `docs/control-protocol.md` ("Replication") has Java's behaviour in full, which this follows: states,
 checks, signals, error texts (prefixed as Java's; ours add where the failure happened: the source archive, recording
@@ -25,6 +28,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from aeron_archive_spark.archive.channel import ChannelUri
+from aeron_archive_spark.archive.client.aeron_archive import replay_request
 from aeron_archive_spark.archive.client.response_poller import DescriptorMessage
 from aeron_archive_spark.archive.codecs import messages as m
 from aeron_archive_spark.archive.codecs import templates as t
@@ -34,6 +38,7 @@ from aeron_archive_spark.archive.storage.frames import to_int32
 
 if TYPE_CHECKING:
     from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
+    from aeron_archive_spark.archive.client.archive_proxy import ArchiveProxy
     from aeron_archive_spark.archive.client.async_connect import Connected
     from aeron_archive_spark.archive.descriptor import RecordingDescriptor
 
@@ -54,6 +59,8 @@ class ReplicationState(Enum):
     REPLICATE_DESCRIPTOR = "REPLICATE_DESCRIPTOR"
     SRC_RECORDING_POSITION = "SRC_RECORDING_POSITION"
     EXTEND = "EXTEND"
+    REPLAY_TOKEN = "REPLAY_TOKEN"
+    GET_ARCHIVE_PROXY = "GET_ARCHIVE_PROXY"
     REPLAY = "REPLAY"
     AWAIT_IMAGE = "AWAIT_IMAGE"
     REPLICATE = "REPLICATE"
@@ -190,6 +197,24 @@ class ReplicationHost(Protocol):
     def on_replication_error(self, message: str, error: BaseException) -> None:
         """Count (and log) a replication that failed."""
 
+    def settle_later(self, settle: Callable[[], bool]) -> None:
+        """Call `settle` each duty cycle until it answers True (a publication whose add the media driver has yet
+        to answer, closed once it comes)."""
+
+
+class RequestPublication(Protocol):
+    """The publication a replay over a response channel is asked for on
+    (`client.response_replay.ReplayRequestPublication`)."""
+
+    @property
+    def channel(self) -> str: ...
+
+    def poll(self) -> ArchiveProxy | None:
+        """The proxy to send the replay request with, once connected with room to send."""
+
+    def close(self) -> bool:
+        """True once settled (else call again later)."""
+
 
 class SourceConnect(Protocol):
     """An asynchronous connect to the source archive (`client.async_connect.AsyncConnect`)."""
@@ -223,6 +248,9 @@ class ReplicationSession:
         self.request = request
         self.replication_channel = replication_channel
         self._replication_uri = ChannelUri.parse(replication_channel)
+        # A response channel (`control-mode=response`): the replay is asked for with a token, over a publication of
+        # the session's own that names the recording subscription (REPLAY_TOKEN, GET_ARCHIVE_PROXY).
+        self.is_response_channel = self._replication_uri.get("control-mode") == "response"
         self._host = host
         self._connect_factory = connect
         self._wrap = wrap
@@ -252,6 +280,9 @@ class ReplicationSession:
         self.done_reason = ""
         self._connect: SourceConnect | None = None
         self.src: AeronArchive | None = None
+        self.replay_token = NULL_VALUE
+        self._request_publication: RequestPublication | None = None
+        self._request_proxy: ArchiveProxy | None = None
         self.subscription: ReplicaSubscription | None = None
         self.image: Any = None
         self._replay_destination: str | None = None
@@ -322,6 +353,9 @@ class ReplicationSession:
         image, self.image = self.image, None
         if image is not None:
             image.close()
+        request_publication, self._request_publication, self._request_proxy = self._request_publication, None, None
+        if request_publication is not None and not request_publication.close():
+            self._host.settle_later(request_publication.close)
         connect, self._connect = self._connect, None
         if connect is not None:
             connect.close()
@@ -345,6 +379,10 @@ class ReplicationSession:
             return self._do_src_recording_position()
         if state is ReplicationState.EXTEND:
             return self._do_extend()
+        if state is ReplicationState.REPLAY_TOKEN:
+            return self._do_replay_token()
+        if state is ReplicationState.GET_ARCHIVE_PROXY:
+            return self._do_get_archive_proxy()
         if state is ReplicationState.REPLAY:
             return self._do_replay()
         if state is ReplicationState.AWAIT_IMAGE:
@@ -440,7 +478,7 @@ class ReplicationSession:
         self._set_state(next_state, reason)
 
     def _do_src_recording_position(self) -> int:
-        answer = self._request_position()
+        answer = self._ask_source(m.RecordingPositionRequest, "failed to get recording position")
         if answer is None:
             return 0
         if answer == NULL_POSITION:
@@ -453,7 +491,9 @@ class ReplicationSession:
         is_mds = self.is_tagged or self.live_destination is not None
         uri = ChannelUri.parse(self.replication_channel)
         endpoint = uri.get("endpoint")
-        params: dict[str, Any] = {"rejoin": "false", "session_id": self.replay_session_id}
+        params: dict[str, Any] = {"rejoin": "false"}
+        if not self.is_response_channel:  # a response subscription takes the session its publication answers with
+            params["session_id"] = self.replay_session_id
         channel = uri.with_params(**params)
         if is_mds:
             channel = channel.with_params(
@@ -477,7 +517,36 @@ class ReplicationSession:
             self._destination_changes.append(subscription.async_add_destination(self._replay_destination))
             self._set_state(ReplicationState.REPLAY, f"replay destination added: {self._replay_destination}")
         else:
-            self._set_state(ReplicationState.REPLAY, "replay destination added")
+            # Java passes through REPLAY_TOKEN and GET_ARCHIVE_PROXY, a duty cycle each, when they have nothing to do.
+            next_state = ReplicationState.REPLAY_TOKEN if self.is_response_channel else ReplicationState.REPLAY
+            self._set_state(next_state, "replay destination added")
+        return 1
+
+    def _do_replay_token(self) -> int:
+        """Over a response channel: a replay token for the source recording, from the source's control session."""
+        answer = self._ask_source(m.ReplayTokenRequest, "failed to get a replay token")
+        if answer is None:
+            return 0
+        self.replay_token = answer
+        self._set_state(ReplicationState.GET_ARCHIVE_PROXY, f"replayToken={answer}")
+        return 1
+
+    def _do_get_archive_proxy(self) -> int:
+        """With a token: a publication to the source's control channel naming the recording subscription, on which
+        the replay is asked for, so that the source's replay publication answers it."""
+        subscription = self.subscription
+        assert subscription is not None
+        if self._request_publication is None:
+            self._request_publication = self._source().replay_request_publication(subscription.registration_id)
+            return 1
+        proxy = self._request_publication.poll()
+        if proxy is None:
+            self._check_timeout(
+                f"failed to connect the replay request publication: channel={self._request_publication.channel}"
+            )
+            return 0
+        self._request_proxy = proxy
+        self._set_state(ReplicationState.REPLAY, "ArchiveProxy created")
         return 1
 
     def _do_replay(self) -> int:
@@ -496,19 +565,11 @@ class ReplicationSession:
                 NULL_VALUE if self.dst_stop_position == NULL_POSITION else self.dst_stop_position - self.replay_position
             )
             src_id, position, stream_id = self.src_recording_id, self.replay_position, self.replay_stream_id
-            file_io = self.request.file_io_max_length
+            file_io, token = self.request.file_io_max_length, self.replay_token
             self._track(
                 src.send(
-                    lambda ids: m.ReplayRequest.of(
-                        **ids,
-                        recording_id=src_id,
-                        position=position,
-                        length=length,
-                        replay_stream_id=stream_id,
-                        file_io_max_length=file_io,
-                        replay_token=NULL_VALUE,
-                        replay_channel=channel,
-                    )
+                    lambda ids: replay_request(ids, src_id, position, length, channel, stream_id, file_io, token),
+                    via=self._request_proxy,
                 )
             )
             return 1
@@ -527,7 +588,12 @@ class ReplicationSession:
         uri = self._replication_uri
         if resolved is not None and uri.get("endpoint") is not None:
             uri = uri.with_endpoint_wildcard_port_replaced(resolved)
-        params: dict[str, Any] = {"session_id": self.replay_session_id}
+        params: dict[str, Any] = (
+            # The source puts the request image's correlation id here; Java sends the subscription's.
+            {"response_correlation_id": self.subscription.registration_id}
+            if self.is_response_channel and self.subscription is not None
+            else {"session_id": self.replay_session_id}
+        )
         if self.live_destination is not None:
             params.update(linger=0, eos="false")
         return str(uri.with_params(**params))
@@ -674,15 +740,19 @@ class ReplicationSession:
                 answer = int(msg.relevant_id)
         return answer
 
-    def _request_position(self) -> int | None:
+    def _ask_source(
+        self, request: type[m.RecordingPositionRequest | m.ReplayTokenRequest], timeout_message: str
+    ) -> int | None:
+        """Ask the source `request` about its recording (the first call), then its answer once it came (None
+        before; `timeout_message` fails the replication after the action timeout)."""
         src = self._source()
         if self._active_correlation_id == NULL_VALUE:
             src_id = self.src_recording_id
-            self._track(src.send(lambda ids: m.RecordingPositionRequest.of(**ids, recording_id=src_id)))
+            self._track(src.send(lambda ids: request.of(**ids, recording_id=src_id)))
             return None
         answer = self._poll_answer()
         if answer is None:
-            self._check_timeout("failed to get recording position")
+            self._check_timeout(timeout_message)
         return answer
 
     def _poll_destination_changes(self) -> None:

@@ -11,6 +11,7 @@ import time
 import pytest
 from system.harness import Harness, payloads_of, wait_for
 from system.test_replay_fetch import record_stopped
+from system.test_response_channels import response_channels
 
 from aeron_archive_spark.archive.client import ReplicationParams
 from aeron_archive_spark.archive.constants import RecordingSignal, SourceLocation
@@ -69,6 +70,22 @@ def with_session_id(segment: bytes, session_id: int) -> bytes:
     return bytes(out)
 
 
+def assert_same_segment_files(src: Harness, src_id: int, dst: Harness, dst_id: int,
+                              session_id: int | None = None) -> None:
+    """The replica has the source's segment files, byte for byte (with `session_id`: once every frame's session id
+    field is set to it)."""
+    names = segment_files(src, src_id)
+    assert [f.replace(f"{dst_id}-", "", 1) for f in segment_files(dst, dst_id)] == \
+        [f.replace(f"{src_id}-", "", 1) for f in names]
+    for name in names:
+        with open(os.path.join(src.ctx.archive_dir, name), "rb") as f:
+            want = f.read()
+        with open(os.path.join(dst.ctx.archive_dir, name.replace(f"{src_id}-", f"{dst_id}-", 1)), "rb") as f:
+            got = f.read()
+        assert len(got) == len(want), name
+        assert (got if session_id is None else with_session_id(got, session_id)) == want, name
+
+
 def assert_same_bytes(src: Harness, src_id: int, dst: Harness, dst_id: int, start: int, stop: int) -> None:
     """The replica's segment files hold the source's bytes over [start, stop)."""
     d = src.client.list_recording(src_id)
@@ -105,17 +122,8 @@ def test_a_stopped_recording_is_replicated_whole_with_java_s_signals(src, dst, c
         assert getattr(replica, field) == getattr(d, field), field
     # The extension's image brings the replay's session id into the descriptor, as Java's `extendRecording` does.
     assert replica.session_id == session.get("replication_session_id", d.session_id)
-    assert [f.replace(f"{dst_id}-", "") for f in segment_files(dst, dst_id)] == \
-        [f.replace(f"{d.recording_id}-", "") for f in segment_files(src, d.recording_id)]
-    for name in segment_files(src, d.recording_id):
-        with open(os.path.join(src.ctx.archive_dir, name), "rb") as f:
-            want = f.read()
-        with open(os.path.join(dst.ctx.archive_dir, name.replace(f"{d.recording_id}-", f"{dst_id}-", 1)), "rb") as f:
-            got = f.read()
-        assert len(got) == len(want), name
-        if session:  # every frame as recorded, but for the session id field the replay's id went into
-            got = with_session_id(got, d.session_id)
-        assert got == want, name
+    # Every frame as recorded, but for the session id field a given replication session id went into.
+    assert_same_segment_files(src, d.recording_id, dst, dst_id, d.session_id if session else None)
     # The replica replays as the source does.
     assert dst.client.get_stop_position(dst_id) == d.stop_position
     assert dst.archive.conductor._replications == {}
@@ -291,3 +299,42 @@ def test_a_live_replication_merges_onto_the_live_stream_and_goes_on_recording_it
     src.client.stop_recording(live, 6007)
     events = await_signals(dst, replication_id, S.STOP, timeout=30)  # the live image went: auto-stop
     assert events[-1].position >= target
+
+
+@pytest.fixture
+def udp_src(aeron_dir, tmp_path):
+    h = Harness(aeron_dir, str(tmp_path / "udp-src"), control_channel=f"aeron:udp?endpoint=localhost:{free_udp_port()}")
+    yield h
+    h.close()
+
+
+@pytest.mark.parametrize("transport", ["udp", "ipc"])
+def test_a_replication_over_response_channels_needs_no_address_of_the_destination(udp_src, dst, transport):
+    """Java 1.53's response channels: the destination's control session to the source answers on the connection the
+    destination opened (src_response_channel), and so does the source's replay (a replication channel in response
+    mode: REPLAY_TOKEN, GET_ARCHIVE_PROXY), so the source needs no address of the destination."""
+    src = udp_src
+    payloads = payloads_of([100 + (i * 37) % 3000 for i in range(200)])
+    d, _ = record_stopped(src, payloads, 6008)
+    control_channel, control_stream, response, replication = response_channels(src, transport)
+    replication_id = dst.client.replicate(
+        d.recording_id, control_stream, control_channel,
+        ReplicationParams(src_response_channel=response, replication_channel=replication))
+    events = await_signals(dst, replication_id, S.STOP)
+    assert [e.signal for e in events] == [S.REPLICATE, S.EXTEND, S.SYNC, S.REPLICATE_END, S.STOP]
+    dst_id = events[0].recording_id
+    assert dst.client.get_stop_position(dst_id) == d.stop_position
+    # The replay's session id is the one the source's response publication chose (no session-id can be asked
+    # for), so the replica carries it, in its descriptor and its frames; every other byte is the source's.
+    assert dst.client.list_recording(dst_id).session_id != d.session_id
+    assert_same_segment_files(src, d.recording_id, dst, dst_id, d.session_id)
+
+
+def test_response_channels_are_refused_with_live_destinations_and_tags_as_java_refuses_them(src, dst):
+    d, _ = record_stopped(src, payloads_of([64] * 10), 6009)
+    response = "aeron:ipc?control-mode=response"
+    with pytest.raises(ArchiveError, match="response channels can't be used with live destinations"):
+        replicate(dst, src, d.recording_id, replication_channel=response, live_destination="aeron:ipc")
+    with pytest.raises(ArchiveError, match="response channels can't be used with tagged replication"):
+        dst.client.tagged_replicate(d.recording_id, -1, 1, 2, src.ctx.local_control_stream_id,
+                                    src.ctx.local_control_channel, replication_channel=response)

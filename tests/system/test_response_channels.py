@@ -5,10 +5,27 @@ from __future__ import annotations
 
 import pytest
 from conftest import free_udp_port
-from system.harness import Harness, payloads_of
+from system.harness import Harness, payloads_of, wait_for
 from system.test_replay_fetch import record_stopped
 
+from aeron_archive_spark.archive.channel import ChannelUri
 from aeron_archive_spark.archive.client import AeronArchive
+from aeron_archive_spark.archive.native import AeronClient
+
+
+def params(channel: str) -> dict[str, str]:
+    return ChannelUri.parse(channel).params
+
+
+def response_channels(h: Harness, transport: str) -> tuple[str, int, str, str]:
+    """An archive's control channel and stream for `transport` ("udp": its UDP control channel, "ipc": its local
+    one), with a control response channel and a replay channel in response mode to go with them."""
+    if transport == "udp":
+        return (h.ctx.control_channel, h.ctx.control_stream_id,
+                f"aeron:udp?control-mode=response|control=localhost:{free_udp_port()}",
+                f"aeron:udp?control-mode=response|control=localhost:{free_udp_port()}")
+    return (h.ctx.local_control_channel, h.ctx.local_control_stream_id, "aeron:ipc?control-mode=response",
+            "aeron:ipc?control-mode=response")
 
 
 @pytest.fixture
@@ -40,3 +57,48 @@ def test_a_response_mode_client_connects_lists_and_asks(harness, transport):
         session = harness.archive.conductor.control_session(client.control_session_id)
         assert session is not None and "response-correlation-id=" in session.response_channel
         assert "control-mode=response" in session.response_channel
+
+
+def read_all(subscription, stop_position: int, timeout: float = 10.0) -> list[bytes]:
+    """Every message of a replay, in order, until its image reaches `stop_position`."""
+    messages: list[bytes] = []
+
+    def poll() -> None:
+        subscription.poll(lambda data, header: messages.append(bytes(data)), 100)
+
+    wait_for(lambda: subscription.images() and subscription.images()[0].position >= stop_position, timeout,
+             "the replay to reach the recording's stop", poll=poll)
+    subscription.poll(lambda data, header: messages.append(bytes(data)), 100)
+    return messages
+
+
+@pytest.mark.parametrize("transport", ["udp", "ipc"])
+def test_a_replay_via_a_response_channel_arrives_over_the_connection_the_client_opened(
+        harness, transport, monkeypatch):
+    payloads = payloads_of([300 + i % 700 for i in range(200)])
+    d, _ = record_stopped(harness, payloads, 6302)
+    request, stream_id, response, replay_channel = response_channels(harness, transport)
+    added: list[tuple[str, int]] = []  # the publications the archive and the client add, as they add them
+    add = AeronClient.async_add_exclusive_publication
+
+    def recording_add(self, channel: str, stream: int):
+        added.append((channel, stream))
+        return add(self, channel, stream)
+
+    monkeypatch.setattr(AeronClient, "async_add_exclusive_publication", recording_add)
+    with AeronArchive.connect(harness.aeron_dir, request, stream_id, response, message_timeout_s=5) as client:
+        subscription = client.replay(d.recording_id, replay_channel, 7301, position=d.start_position,
+                                     length=d.stop_position - d.start_position)
+        try:
+            assert read_all(subscription, d.stop_position) == payloads
+            (image,) = subscription.images()
+        finally:
+            subscription.close()
+    # The client asked on a publication of its own to the control channel, naming its replay subscription; the
+    # archive's replay publication answers that publication's image (a response publication).
+    (ask, replay) = added
+    assert ask[1] == stream_id and params(ask[0])["response-correlation-id"] == str(subscription.registration_id)
+    assert "session-id" not in params(ask[0]) and params(ask[0])["term-length"] == "65536"
+    assert replay[1] == 7301 and params(replay[0])["control-mode"] == "response"
+    assert int(params(replay[0])["response-correlation-id"]) > 0
+    assert image.join_position == d.start_position

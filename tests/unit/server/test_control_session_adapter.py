@@ -139,10 +139,10 @@ def test_each_handler_takes_the_class_it_is_registered_for() -> None:
     requests = {c for c in messages.MESSAGE_CLASSES
                 if "Request" in c.__name__ and c.__name__ not in ("ConnectRequest", "AuthConnectRequest")}
     served = set(HANDLERS)
-    # What is left is answered as unsupported: segment management and replay tokens, not implemented yet.
+    # What is left is answered as unsupported: segment management and channel updates, not implemented yet.
     assert sorted(c.__name__ for c in requests - served) == [
         "AttachSegmentsRequest", "DeleteDetachedSegmentsRequest", "DetachSegmentsRequest", "MigrateSegmentsRequest",
-        "PurgeSegmentsRequest", "ReplayTokenRequest", "UpdateChannelRequest"]
+        "PurgeSegmentsRequest", "UpdateChannelRequest"]
 
 
 def test_connect_requests_create_control_sessions(

@@ -146,6 +146,7 @@ class FakeHost:
         self.subscription = FakeSubscription()
         self.extend_error: ArchiveError | None = None
         self.recorded = 0
+        self.settling: list[Any] = []
 
     def names(self) -> list[str]:
         return [name for name, _ in self.calls]
@@ -192,11 +193,39 @@ class FakeHost:
     def on_replication_error(self, message: str, error: BaseException) -> None:
         self.counted.append((message, error))
 
+    def settle_later(self, settle: Any) -> None:
+        self.settling.append(settle)
+
     def signal_names(self) -> list[RecordingSignal]:
         return [s[4] for s in self.signals]
 
 
 CONNECTED = object()  # what a connect's poll hands back once connected
+REQUEST_PROXY = object()  # the proxy of a response-channel replay's request publication
+
+
+class FakeRequestPublication:
+    """A response-channel replay's request publication (`ReplayRequestPublication`): the add and the connection
+    come when the test says (`ready`); `close` is settled unless `unsettled_closes` says how many times not."""
+
+    def __init__(self, response_subscription_id: int) -> None:
+        self.response_subscription_id = response_subscription_id
+        self.channel = f"aeron:udp?endpoint=src-host:8010|response-correlation-id={response_subscription_id}"
+        self.ready = False
+        self.polls = 0
+        self.unsettled_closes = 0
+        self.closes = 0
+
+    def poll(self) -> object | None:
+        self.polls += 1
+        return REQUEST_PROXY if self.ready else None
+
+    def close(self) -> bool:
+        self.closes += 1
+        if self.unsettled_closes > 0:
+            self.unsettled_closes -= 1
+            return False
+        return True
 
 
 class FakeConnect:
@@ -226,16 +255,25 @@ class FakeSource:
 
     def __init__(self) -> None:
         self.sent: list[Any] = []
+        self.sent_via: list[Any] = []  # the proxy each request went on (None: the control session's)
+        self.request_publications: list[FakeRequestPublication] = []
         self.arriving: list[Any] = []
         self.polls = 0
         self.disconnected = False
         self.closed = False
 
-    def send(self, build: Any) -> int:
+    def send(self, build: Any, via: Any = None) -> int:
         assert not self.closed, "a request sent on a closed source client"
         correlation_id = 100 + len(self.sent)
         self.sent.append(build({"control_session_id": SRC_SESSION, "correlation_id": correlation_id}))
+        self.sent_via.append(via)
         return correlation_id
+
+    def replay_request_publication(self, response_subscription_id: int) -> FakeRequestPublication:
+        assert not self.closed
+        publication = FakeRequestPublication(response_subscription_id)
+        self.request_publications.append(publication)
+        return publication
 
     def poll_responses(self) -> list[Any]:
         self.polls += 1
@@ -703,9 +741,17 @@ def _to_awaited_image(rig: Rig) -> None:
                  f"failed get acknowledgement of replay request to: {REPLICATION_CHANNEL} (", id="replay"),
     pytest.param(_to_awaited_image, State.AWAIT_IMAGE,
                  f"failed get replay image for sessionId=77 on channel={REPLICATION_CHANNEL} (", id="image"),
+    # Java waits in these two (response channels only) without a deadline: a source that never answers would hold
+    # the replication and its replica for ever, so ours gives up after the action timeout, as in every other state.
+    pytest.param(lambda rig: to_token_requested(rig), State.REPLAY_TOKEN, "failed to get a replay token (",
+                 id="token"),
+    pytest.param(lambda rig: to_archive_proxy(rig), State.GET_ARCHIVE_PROXY,
+                 "failed to connect the replay request publication: channel=aeron:udp?endpoint=src-host:8010|"
+                 f"response-correlation-id={SUBSCRIPTION_ID} (", id="proxy"),
 ])
 def test_a_state_without_progress_for_the_action_timeout_fails(drive, state, text):
-    rig = Rig()
+    response_mode = state in (State.REPLAY_TOKEN, State.GET_ARCHIVE_PROXY)
+    rig = Rig(replication_channel=RESPONSE_CHANNEL) if response_mode else Rig()
     drive(rig)
     assert rig.state is state
     rig.work(TIMEOUT_NS - 2 * MS)
@@ -1101,6 +1147,133 @@ def test_a_live_replication_waits_for_its_replay_destination_to_be_bound():
     rig.subscription.bound = True
     rig.work()
     assert params(rig.source.last("ReplayRequest").replay_channel)["endpoint"] == f"localhost:{BOUND_PORT}"
+
+
+# ---- over response channels: REPLAY_TOKEN, GET_ARCHIVE_PROXY ----------------------------------------------------
+
+RESPONSE_CHANNEL = "aeron:udp?control-mode=response|control=localhost:40789"
+TOKEN = -5_000_000_000_123  # a token is any int64 but -1
+
+
+def response_rig(**fields: Any) -> Rig:
+    fields.setdefault("replication_channel", RESPONSE_CHANNEL)
+    return Rig(**fields)
+
+
+def to_token_requested(rig: Rig, descriptor: RecordingDescriptor = SRC) -> Any:
+    """... EXTEND -> REPLAY_TOKEN, the ReplayTokenRequest sent; returns it."""
+    rig.to_described(descriptor)
+    rig.work()
+    assert rig.state is State.REPLAY_TOKEN
+    rig.work()
+    return rig.source.last("ReplayTokenRequest")
+
+
+def to_archive_proxy(rig: Rig) -> FakeRequestPublication:
+    """... the token given -> GET_ARCHIVE_PROXY, the request publication being added; returns it."""
+    to_token_requested(rig)
+    rig.source.respond(relevant_id=TOKEN)
+    rig.work()
+    assert rig.state is State.GET_ARCHIVE_PROXY
+    rig.work()
+    (publication,) = rig.source.request_publications
+    return publication
+
+
+def to_response_replay_requested(rig: Rig) -> Any:
+    """... the request publication ready -> REPLAY, the ReplayRequest sent on it; returns it."""
+    publication = to_archive_proxy(rig)
+    publication.ready = True
+    rig.work()
+    assert rig.state is State.REPLAY
+    rig.work()
+    return rig.source.last("ReplayRequest")
+
+
+def test_a_response_replication_channel_records_without_a_session_filter_and_asks_for_a_replay_token():
+    rig = response_rig()
+    token_request = to_token_requested(rig)
+    (_, _, _, _, channel) = rig.host.args_of("extend_replica")
+    assert params(channel) == {"control-mode": "response", "control": "localhost:40789", "rejoin": "false"}
+    assert (token_request.control_session_id, token_request.recording_id) == (SRC_SESSION, SRC.recording_id)
+    assert rig.source.sent_via[-1] is None  # on the control session
+    for _ in range(5):
+        rig.work()
+    assert rig.state is State.REPLAY_TOKEN and rig.source.names().count("ReplayTokenRequest") == 1
+    rig.source.respond(relevant_id=TOKEN)
+    rig.work()
+    assert rig.state is State.GET_ARCHIVE_PROXY and rig.session.replay_token == TOKEN
+
+
+def test_with_a_token_a_publication_naming_the_recording_subscription_is_awaited_until_it_can_send():
+    rig = response_rig()
+    publication = to_archive_proxy(rig)
+    assert publication.response_subscription_id == SUBSCRIPTION_ID
+    for _ in range(5):
+        rig.work()
+    assert rig.state is State.GET_ARCHIVE_PROXY and publication.polls == 5
+    assert "ReplayRequest" not in rig.source.names()
+    publication.ready = True
+    rig.work()
+    assert rig.state is State.REPLAY
+
+
+def test_the_replay_is_asked_for_on_that_publication_with_the_token_and_the_recording_subscription_named():
+    rig = response_rig()
+    replay = to_response_replay_requested(rig)
+    assert rig.source.sent_via[-1] is REQUEST_PROXY
+    assert (replay.control_session_id, replay.recording_id, replay.position, replay.length) == (
+        SRC_SESSION, SRC.recording_id, SRC.start_position, -1)
+    assert (replay.replay_token, replay.replay_stream_id) == (TOKEN, SRC.stream_id)
+    # No session id (the source's response publication has its own): the source puts its request image's
+    # correlation id where the subscription is named.
+    assert params(replay.replay_channel) == {
+        "control-mode": "response", "control": "localhost:40789", "response-correlation-id": str(SUBSCRIPTION_ID)}
+
+
+def test_a_response_replication_replicates_and_syncs_then_closes_its_request_publication():
+    rig = response_rig()
+    to_response_replay_requested(rig)
+    rig.source.respond(relevant_id=REPLAY_SESSION_ID)  # the OK comes on the control session
+    rig.work()
+    assert rig.state is State.AWAIT_IMAGE
+    image = rig.subscription.images[SRC.session_id] = FakeImage()
+    rig.work()
+    image.position = SRC.stop_position
+    rig.work()
+    assert rig.state is State.DONE and rig.host.signal_names() == [S.REPLICATE, S.SYNC]
+    (publication,) = rig.source.request_publications
+    assert publication.closes == 0  # kept until the session closes, as Java's
+    rig.session.close()
+    assert publication.closes == 1 and rig.host.settling == []
+    assert rig.host.signal_names() == [S.REPLICATE, S.SYNC, S.REPLICATE_END]
+
+
+def test_an_ipc_response_channel_needs_no_bound_address():
+    rig = response_rig(replication_channel="aeron:ipc?control-mode=response")
+    replay = to_response_replay_requested(rig)
+    assert params(replay.replay_channel) == {"control-mode": "response",
+                                             "response-correlation-id": str(SUBSCRIPTION_ID)}
+
+
+def test_a_request_publication_still_being_added_when_the_replication_ends_is_left_to_the_host_to_settle():
+    rig = response_rig()
+    publication = to_archive_proxy(rig)
+    publication.unsettled_closes = 1
+    rig.session.abort("stop replication")
+    rig.session.close()
+    (settle,) = rig.host.settling
+    assert publication.closes == 1
+    assert settle() is True and publication.closes == 2
+
+
+def test_an_error_answer_to_the_token_request_fails_with_the_source_s_message():
+    rig = response_rig()
+    to_token_requested(rig)
+    rig.source.respond(ControlResponseCode.ERROR, ErrorCode.GENERIC, "no token for you")
+    rig.work()
+    assert rig.state is State.DONE
+    assert rig.error_texts()[0].startswith("no token for you (replication ")
 
 
 # ---- the request's three forms ------------------------------------------------------------------------------------

@@ -41,7 +41,8 @@ class Source:
         self.arriving: list[list[Any]] = []
         self.closed = False
 
-    def send(self, build: Any) -> int:
+    def send(self, build: Any, via: Any = None) -> int:
+        assert via is None, "no response channel in these tests"
         correlation_id = 100 + len(self.sent)
         self.sent.append(build({"control_session_id": SRC_SESSION, "correlation_id": correlation_id}))
         return correlation_id
