@@ -38,6 +38,8 @@ class AeronArchiveDataSource(DataSource):
     - `aeronDir`: the media driver directory of the running archive's host; default $AERON_DIR or Aeron's default
     - `controlChannel`, `controlStreamId`: the archive's control requests; default `aeron:udp?endpoint=localhost:8010`,
       10
+    - `controlChannels` (reads): instead of `controlChannel`, several archives holding copies of the recordings,
+      separated by `;`: the first one's recording ids name them; reads spread over the copies and fail over
     - `controlResponseChannel`, `controlResponseStreamId`: where the archive answers; default
       `aeron:udp?endpoint=localhost:0`, 20
     - `replayChannel`, `replayStreamId` (reads): where executors receive replays; default

@@ -27,12 +27,12 @@ def export_recording(
     import pyarrow.parquet as pq
     from tqdm import tqdm
 
+    from aeron_archive_spark.archive.tables.open_source import open_recording_source
     from aeron_archive_spark.archive.tables.options import SourceOptions
     from aeron_archive_spark.archive.tables.payload import payload_decoder
     from aeron_archive_spark.archive.tables.planning import MAX_BYTES_PER_RANGE_DEFAULT, plan_ranges
     from aeron_archive_spark.archive.tables.ranges import RecordingFacts, SegmentFiles
     from aeron_archive_spark.archive.tables.read import read_batches
-    from aeron_archive_spark.archive.tables.recording_source import open_recording_source
     from aeron_archive_spark.archive.tables.schema import row_schema
 
     raw = {"archiveDir": archive_dir, "recordingId": str(recording_id)}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from aeron_archive_spark.archive.client.connection import (
     MESSAGE_TIMEOUT_MS_DEFAULT,
@@ -43,7 +43,7 @@ from aeron_archive_spark.archive.tables.option_table import (
     parse_options,
     parse_string,
 )
-from aeron_archive_spark.archive.tables.ranges import ReadLocation, RunningArchive, SegmentFiles
+from aeron_archive_spark.archive.tables.ranges import ArchiveReplicas, RunningArchive, SegmentFiles, SourceLocation
 
 
 def _parse_secret(name: str, raw: str) -> str:
@@ -51,6 +51,20 @@ def _parse_secret(name: str, raw: str) -> str:
     if not raw:
         raise OptionError(f"option {name}: the secret is empty")
     return raw
+
+
+def _parse_channel_list(name: str, raw: str) -> tuple[str, ...]:
+    """Control channels separated by ';' (Aeron URIs never hold one), each once."""
+    channels = tuple(part.strip() for part in raw.split(";") if part.strip())
+    if not channels:
+        raise OptionError(f"option {name}: no control channel in {raw!r}")
+    for channel in channels:
+        if not channel.startswith("aeron:"):
+            raise OptionError(f"option {name}: {channel!r} is not an Aeron channel (aeron:udp?... or aeron:ipc)")
+    repeated = sorted({c for c in channels if channels.count(c) > 1})
+    if repeated:
+        raise OptionError(f"option {name}: {repeated[0]} is listed twice")
+    return channels
 
 
 RECORDING_OPTIONS = OptionTable(
@@ -78,6 +92,14 @@ RECORDING_OPTIONS = OptionTable(
             CONTROL_CHANNEL_DEFAULT,
             Mode.ANY,
             "control request channel of the running archive",
+        ),
+        OptionSpec(
+            "controlChannels",
+            _parse_channel_list,
+            None,
+            Mode.READ,
+            "control request channels of several archives holding copies of the recordings, separated by ';': "
+            "the first one's recording ids name the recordings; reads spread over the copies and fail over",
         ),
         OptionSpec(
             "controlStreamId",
@@ -190,6 +212,7 @@ def connection_from_parsed(parsed: ParsedOptions) -> ConnectionOptions:
 
 _CONNECTION_OPTIONS = (
     "controlChannel",
+    "controlChannels",
     "controlStreamId",
     "controlResponseChannel",
     "controlResponseStreamId",
@@ -220,7 +243,7 @@ class RecordingSelection:
 class SourceOptions:
     """The validated, typed options every read of recordings needs: where they are, which, how to decode them."""
 
-    location: ReadLocation  # archiveDir's segment files, or the running archive the connection options name
+    location: SourceLocation  # archiveDir's segment files, the running archive, or archives holding copies
     aeron_dir: str | None
     selection: RecordingSelection
     sbe_schema: str | None  # the schema's XML text (see archive.tables.sbe.columns.schema_text)
@@ -248,11 +271,13 @@ class SourceOptions:
                 "option archiveSecret has no use with archiveDir: segment files are read directly, without an "
                 "archive connection to authenticate; remove archiveSecret, or archiveDir to read through the archive"
             )
-        location: ReadLocation = (
-            SegmentFiles(os.path.abspath(os.path.expanduser(archive_dir)))
-            if archive_dir is not None
-            else RunningArchive(connection_from_parsed(parsed))
-        )
+        location: SourceLocation
+        if archive_dir is not None:
+            location = SegmentFiles(os.path.abspath(os.path.expanduser(archive_dir)))
+        elif parsed.is_set("controlChannels"):
+            location = _replicas(parsed)
+        else:
+            location = RunningArchive(connection_from_parsed(parsed))
 
         selection = _selection(parsed)
         sbe_schema = parsed.get("sbeSchema")
@@ -279,7 +304,25 @@ class SourceOptions:
     def describe_location(self) -> str:
         if isinstance(self.location, SegmentFiles):
             return f"archiveDir={self.location.archive_dir}"
+        if isinstance(self.location, ArchiveReplicas):
+            return self.location.describe()
         return self.location.connection.describe()
+
+
+def _replicas(parsed: ParsedOptions) -> ArchiveReplicas:
+    """The archives `controlChannels` lists, each with the other connection options (its replay channel's default
+    follows its own control channel, as `controlChannel`'s does)."""
+    if parsed.is_set("controlChannel"):
+        raise OptionError(
+            "options controlChannel and controlChannels both name archives: list every archive in controlChannels "
+            "(the first one's recording ids name the recordings), or give controlChannel alone"
+        )
+    base = connection_from_parsed(parsed)
+    archives = []
+    for channel in parsed["controlChannels"]:
+        replay = base.replay_channel if parsed.is_set("replayChannel") else default_replay_channel(channel)
+        archives.append(RunningArchive(replace(base, control_channel=channel, replay_channel=replay)))
+    return ArchiveReplicas(tuple(archives))
 
 
 def _selection(parsed: ParsedOptions) -> RecordingSelection:

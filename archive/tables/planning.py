@@ -41,18 +41,23 @@ def plan_ranges(
     max_bytes_per_range: int,
     location: ReadLocation,
     stops: Mapping[int, int] | None = None,
+    placements: Mapping[int, ReadLocation] | None = None,
 ) -> list[ReadRange]:
     """ReadRanges for `(facts, start, end, limit)` ranges, in recording id then position order, indexed from 0.
 
     `stops`: recording id -> stop position, for the recordings that were stopped when planned; a range whose limit
-    is its recording's stop is marked `ends_at_stop` (the reader drops a message left open there).
+    is its recording's stop is marked `ends_at_stop` (the reader drops a message left open there). `placements`:
+    recording id -> where its ranges are read, for the recordings read elsewhere than `location` (copies on
+    several archives, `RecordingSource.placements`).
     """
     planned: list[ReadRange] = []
     stopped = stops or {}
+    placed = placements or {}
     for facts, start, end, limit in ranges:
         ends_at_stop = stopped.get(facts.recording_id) == limit
+        at = placed.get(facts.recording_id, location)
         for piece_start, piece_end in split_range(start, end, facts.term_length, max_bytes_per_range):
-            planned.append(ReadRange(len(planned), facts, piece_start, piece_end, limit, location, ends_at_stop))
+            planned.append(ReadRange(len(planned), facts, piece_start, piece_end, limit, at, ends_at_stop))
     return planned
 
 

@@ -66,9 +66,62 @@ class RunningArchive:
         return f"archive at controlChannel={c.control_channel} controlStreamId={c.control_stream_id}"
 
 
-# Where a read finds its recordings: one of the two, never both (`archive.tables.read` maps each to its chunk
-# source and to where its current descriptors come from).
-ReadLocation = SegmentFiles | RunningArchive
+@dataclass(frozen=True, slots=True)
+class ArchiveReplicas:
+    """Several running archives holding copies of the same recordings (`controlChannels`): the first names them.
+
+    Recording ids differ between archives. The first archive listed is the *reference*: its recording ids are the
+    ones the selection (`recordingId(s)`), positions, offsets, checkpoints and the `recordingId` column use, and a
+    recording's copies on the others are found by what copies share (`archive.client.mirror.copy_key`). Planning
+    places each recording's ranges on the archives that hold them (`Replicas`); the planner itself and executors
+    fail over from one to the next.
+    """
+
+    archives: tuple[RunningArchive, ...]
+
+    @property
+    def reference(self) -> RunningArchive:
+        return self.archives[0]
+
+    def describe(self) -> str:
+        return "archives at controlChannels=" + ";".join(a.connection.control_channel for a in self.archives)
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """One archive's copy of a recording: where it is, and its recording id there."""
+
+    archive: RunningArchive
+    recording_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Replicas:
+    """The copies a range may be read from, each holding at least up to the range's limit, in the planner's order of
+    preference. A range reads from one and goes on from the position it reached on the next when one fails (the
+    copies are byte-identical); ranges of different indexes start on different copies, which spreads a read."""
+
+    copies: tuple[Copy, ...]
+
+    def order_for(self, index: int) -> tuple[Copy, ...]:
+        """The copies in the order the range of planned index `index` tries them: rotated by the index."""
+        if len(self.copies) <= 1:
+            return self.copies
+        shift = index % len(self.copies)
+        return self.copies[shift:] + self.copies[:shift]
+
+    def describe(self) -> str:
+        return "copies at " + ", ".join(
+            f"recording {c.recording_id} of controlChannel={c.archive.connection.control_channel}" for c in self.copies
+        )
+
+
+# Where a read finds its recordings: segment files, one running archive, or copies on several (`archive.tables.read`
+# maps each to its chunk source and to where its current descriptors come from).
+ReadLocation = SegmentFiles | RunningArchive | Replicas
+
+# Where a read's options say the recordings are (`SourceOptions.location`); replicas become `Replicas` per range.
+SourceLocation = SegmentFiles | RunningArchive | ArchiveReplicas
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,25 +13,31 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 
 import pyarrow as pa
 
 from aeron_archive_spark.archive.client.pool import ConnectionPool, connection_pool
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
+from aeron_archive_spark.archive.exceptions import ArchiveError
 from aeron_archive_spark.archive.storage.catalog import Catalog
 from aeron_archive_spark.archive.tables.chunks import ChunkSource, DiskChunkSource
 from aeron_archive_spark.archive.tables.decode import MIN_BATCH_BYTES, DecodedRows, RangeDecoder, merge_decoded
 from aeron_archive_spark.archive.tables.payload import PayloadDecoder
-from aeron_archive_spark.archive.tables.ranges import ReadLocation, ReadRange, SegmentFiles
+from aeron_archive_spark.archive.tables.ranges import ReadLocation, ReadRange, Replicas, SegmentFiles
 from aeron_archive_spark.archive.tables.replay_chunks import ReplayChunkSource
+from aeron_archive_spark.archive.tables.replica_chunks import COPY_FAILURES, ReplicaChunkSource
 
 log = logging.getLogger(__name__)
 
 
 def open_chunk_source(read_range: ReadRange) -> ChunkSource:
-    """Where the range's location is read from: segment files directly, or bounded replays through the archive."""
+    """Where the range's location is read from: segment files directly, bounded replays through the archive, or
+    bounded replays from copies on several archives, failing over between them."""
     if isinstance(read_range.location, SegmentFiles):
         return DiskChunkSource()
+    if isinstance(read_range.location, Replicas):
+        return ReplicaChunkSource()
     return ReplayChunkSource()
 
 
@@ -116,8 +122,8 @@ def read_ranges(
             source = sources.get(kind)
             if source is None:
                 source = sources[kind] = open_chunk_source(read_range)
-                if isinstance(source, ReplayChunkSource) and len(ranges) > 1:
-                    source.read_ahead(ranges)
+                if isinstance(source, ReplayChunkSource | ReplicaChunkSource) and len(ranges) > 1:
+                    source.read_ahead([r for r in ranges if type(r.location) is kind])
             # Small ranges' few messages come as `DecodedRows`: built into Arrow once per merged batch.
             for item in _read_items(read_range, schema, decoder, source, MIN_BATCH_BYTES, defer_small=True):
                 if isinstance(item, DecodedRows):
@@ -139,7 +145,7 @@ def read_ranges(
             yield merge_decoded(held)
     finally:
         for source in sources.values():
-            if isinstance(source, ReplayChunkSource):
+            if isinstance(source, ReplayChunkSource | ReplicaChunkSource):
                 source.close()
 
 
@@ -170,8 +176,27 @@ def current_descriptors(
                         found[rid] = catalog.find(rid)
             continue
         pool = pool if pool is not None else connection_pool()
+        if isinstance(location, Replicas):
+            for rid in ids:
+                if rid not in found:
+                    found[rid] = _current_copy(location, rid, pool)
+            continue
         with pool.archive(location.connection, purpose="replay") as archive:
             for rid in ids:
                 if rid not in found:
                     found[rid] = archive.list_recording(rid)
     return found
+
+
+def _current_copy(location: Replicas, rid: int, pool: ConnectionPool) -> RecordingDescriptor | None:
+    """Recording `rid` as the first of its copies that answers holds it now, under the id `rid`."""
+    failures = []
+    for copy in location.copies:
+        try:
+            with pool.archive(copy.archive.connection, purpose="replay") as archive:
+                found = archive.list_recording(copy.recording_id)
+        except COPY_FAILURES as ex:
+            failures.append(f"controlChannel={copy.archive.connection.control_channel}: {ex}")
+            continue
+        return None if found is None else replace(found, recording_id=rid)
+    raise ArchiveError(f"recording {rid}: none of its copies answers; tried " + "; ".join(failures))

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -125,6 +125,11 @@ class RecordingSource(ABC):
     @abstractmethod
     def location(self) -> ReadLocation:
         """Where the ranges planned from this source read their recordings."""
+
+    def placements(self, limits: Mapping[int, int]) -> dict[int, ReadLocation] | None:
+        """Where each recording's ranges up to its limit (recording id -> limit) are read, when that differs per
+        recording (copies on several archives); None when every range reads `location()`."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional: most sources hold nothing that needs releasing
         """Release what the source holds (connections and clients belong to the pool, not to sources)."""
@@ -570,10 +575,3 @@ class RemoteRecordingSource(RecordingSource):
         if self._counters is not None:
             self._counters.close()
             self._counters = None
-
-
-def open_recording_source(options: SourceOptions, pool: ConnectionPool | None = None) -> RecordingSource:
-    """The source for `archiveDir`, else for the running archive; `pool` defaults to `connection_pool()`."""
-    if isinstance(options.location, SegmentFiles):
-        return DiskRecordingSource(options, pool)
-    return RemoteRecordingSource(options, pool)

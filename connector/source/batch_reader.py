@@ -95,6 +95,7 @@ class AeronArchiveBatchReader(ReaderBase, DataSourceReader):
                 options.open_cost_in_bytes,
                 source.location(),
                 stopped_positions(selected.values()),
+                source.placements({facts.recording_id: limit for facts, _, _, limit in ranges}),
             )
             log.info(
                 "batch read of %s: %d recordings in %d partitions",

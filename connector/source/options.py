@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from aeron_archive_spark.archive.tables.option_table import Mode, OptionError, parse_options
 from aeron_archive_spark.archive.tables.options import RecordingSelection, SourceOptions
-from aeron_archive_spark.archive.tables.ranges import RunningArchive
+from aeron_archive_spark.archive.tables.ranges import SegmentFiles
 from aeron_archive_spark.connector.options import (
     MAX_TRIGGER_DELAY_MS_DEFAULT,
     OPEN_COST_IN_BYTES_ARCHIVE_DIR_DEFAULT,
@@ -69,7 +69,7 @@ class ReadOptions:
                 parsed["openCostInBytes"]
                 if parsed.is_set("openCostInBytes")
                 else OPEN_COST_IN_BYTES_DEFAULT
-                if isinstance(recordings.location, RunningArchive)
+                if not isinstance(recordings.location, SegmentFiles)
                 else OPEN_COST_IN_BYTES_ARCHIVE_DIR_DEFAULT
             ),
             fail_on_data_loss=parsed["failOnDataLoss"],

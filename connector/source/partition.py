@@ -59,11 +59,12 @@ def plan_partitions(
     open_cost_in_bytes: int,
     location: ReadLocation,
     stops: Mapping[int, int] | None = None,
+    placements: Mapping[int, ReadLocation] | None = None,
 ) -> list[AeronArchivePartition]:
     """Partitions for `(facts, start, end, limit)` ranges: each cut at term boundaries into pieces of at most
     `max_bytes_per_partition`, then small pieces packed together up to that size, each weighing its bytes plus
-    `open_cost_in_bytes`. `stops`: see `plan_ranges`."""
-    planned = plan_ranges(ranges, max_bytes_per_partition, location, stops)
+    `open_cost_in_bytes`. `stops`, `placements`: see `plan_ranges`."""
+    planned = plan_ranges(ranges, max_bytes_per_partition, location, stops, placements)
     return [
         AeronArchivePartition(packed) for packed in pack_ranges(planned, max_bytes_per_partition, open_cost_in_bytes)
     ]

@@ -16,14 +16,12 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
+from aeron_archive_spark.archive.tables.open_source import open_recording_source
 from aeron_archive_spark.archive.tables.option_table import OptionError
 from aeron_archive_spark.archive.tables.payload import PayloadDecoder, payload_decoder
 from aeron_archive_spark.archive.tables.ranges import ReadRange
 from aeron_archive_spark.archive.tables.read import current_descriptors, read_ranges
-from aeron_archive_spark.archive.tables.recording_source import (
-    RecordingSource,
-    open_recording_source,
-)
+from aeron_archive_spark.archive.tables.recording_source import RecordingSource
 from aeron_archive_spark.connector.source.options import ReadOptions
 from aeron_archive_spark.connector.source.partition import AeronArchivePartition
 from aeron_archive_spark.connector.source.schema import arrow_schema, schema_for

@@ -292,6 +292,7 @@ class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTrigg
             self.options.open_cost_in_bytes,
             self.source.location(),
             stopped_positions(descriptors.values()),
+            self.source.placements({facts.recording_id: limit for facts, _, _, limit in ranges}),
         )
         log.debug("micro-batch %s -> %s: %d partitions", start, end, len(partitions))
         return partitions

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -139,3 +142,16 @@ def payloads_of(sizes: Iterable[int], seed: int = 7) -> list[bytes]:
     import random
     rng = random.Random(seed)
     return [rng.randbytes(n) for n in sizes]
+
+
+def serve_process(archive_dir: str, control_port: int, *extra: str) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    """`aeron-archive serve` in a process of its own (its own embedded media driver; UDP control on localhost at
+    `control_port`), and the JSON line it prints once ready. Kill it with -9 to take an archive down as a crash
+    does."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aeron_archive_spark.archive.cli.main", "serve", "--dir", archive_dir,
+         "--control-channel", f"aeron:udp?endpoint=localhost:{control_port}", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    ready = json.loads(proc.stdout.readline())
+    return proc, ready

@@ -25,6 +25,7 @@ from system.harness import SMALL_TERM, Harness, offer_all, payloads_of, wait_for
 
 from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
 from aeron_archive_spark.archive.client.connection import ConnectionOptions
+from aeron_archive_spark.archive.client.host import localize_channel, requires_host_driver, route_address
 from aeron_archive_spark.archive.client.pool import (
     CAPACITY_ENV,
     DEFAULT_CAPACITY,
@@ -37,12 +38,11 @@ from aeron_archive_spark.archive.client.pool import (
     connection_pool,
     settings_from_env,
 )
-from aeron_archive_spark.archive.client.host import localize_channel, requires_host_driver, route_address
 from aeron_archive_spark.archive.constants import RecordingSignal
-from aeron_archive_spark.archive.tables.ranges import RunningArchive
 from aeron_archive_spark.archive.exceptions import ArchiveError
+from aeron_archive_spark.archive.tables.open_source import open_recording_source
 from aeron_archive_spark.archive.tables.options import SourceOptions
-from aeron_archive_spark.archive.tables.recording_source import open_recording_source
+from aeron_archive_spark.archive.tables.ranges import RunningArchive
 from aeron_archive_spark.archive.tables.replay_chunks import ReplayChunkSource
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

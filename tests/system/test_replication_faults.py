@@ -3,16 +3,14 @@ exactly the source's bytes up to where it stopped, and the requester is told, wi
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 from conftest import free_udp_port
-from system.harness import Harness, payloads_of, wait_for
+from system.harness import Harness, payloads_of, serve_process, wait_for
 
 from aeron_archive_spark.archive.client import AeronArchive, ReplicationParams
 from aeron_archive_spark.archive.constants import RecordingSignal, SourceLocation
@@ -24,14 +22,7 @@ S = RecordingSignal
 
 
 def start_source(tmp_path, control_port: int) -> tuple[subprocess.Popen[str], dict]:
-    """`aeron-archive serve` in a process of its own (with its own embedded media driver)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "aeron_archive_spark.archive.cli.main", "serve", "--dir", str(tmp_path / "src"),
-         "--control-channel", f"aeron:udp?endpoint=localhost:{control_port}", "--segment-length", "128k"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    assert proc.stdout is not None
-    ready = json.loads(proc.stdout.readline())
-    return proc, ready
+    return serve_process(str(tmp_path / "src"), control_port, "--segment-length", "128k")
 
 
 @pytest.mark.parametrize("live", [False, True], ids=["stopped-source", "live-source"])
