@@ -12,7 +12,10 @@ c. ours -> Java, a stopped recording: the Java archive's signals and segment fil
 d. Java -> ours, a live recording merged onto the live stream (an MDC publication both archives subscribe to): MERGE,
    and the replica goes on recording the live stream;
 e. response-mode control sessions (`control-mode=response`) both ways: our client with Java's archive, Java's client
-   with ours (it then replays a recording whole).
+   with ours (it then replays a recording whole);
+f. response-channel replays and replications: Java's client replaying from ours over a response channel (its
+   replayViaResponseChannel), and each archive replicating from the other with a srcResponseChannel and a response
+   replication channel (REPLAY_TOKEN, GET_ARCHIVE_PROXY).
 
 Every test skips unless JAVA_AERON_HOME names a Java Aeron 1.53 build (see /work/shared/java-aeron/README.md):
     JAVA_AERON_HOME=~/.cache/java-aeron .venv/bin/python -m pytest tests/interop/test_java153_replication.py
@@ -260,3 +263,65 @@ def test_java_s_client_in_response_mode_replays_from_ours(env, ours):
     (replay,) = result.json()["replays"]
     assert replay["closedReason"] == "stop", replay
     assert replay["endPosition"] == replay["stopPosition"] == stop
+
+
+def response_channel() -> str:
+    """A response channel (`control-mode=response`) on a port of its own: Java's test shares one string between the
+    control responses and the replay (srcResponseChannel = replicationChannel), on different streams."""
+    return f"aeron:udp?control-mode=response|control=localhost:{free_udp_port()}"
+
+
+def test_java_s_client_replays_from_ours_over_a_response_channel(env, ours):
+    """Java 1.53's `replay` with a response replay channel (its `replayViaResponseChannel`: a replay token, a
+    publication to our control channel naming its subscription, the replay request with the token on it): our
+    archive answers that publication with the replay, which arrives whole."""
+    with AeronArchive.connect(ours.aeron_dir, ours.control_channel, CONTROL_STREAM_ID, RESPONSE) as client:
+        recording_id, stop = record(client, 150, 7106)
+    response = response_channel()
+    # A response replay channel without the token path would fail at our archive (a response publication needs an
+    # image to answer): "stop" with every frame means the replay came over the connection Java's client opened.
+    result = env.run("JavaReplayDump", ours.aeron_dir, ours.control_channel, CONTROL_STREAM_ID, response, response,
+                     2003, 5000, recording_id, timeout=120)
+    (replay,) = result.json()["replays"]
+    assert replay["closedReason"] == "stop", replay
+    assert replay["endPosition"] == replay["stopPosition"] == stop
+    assert replay["imageJoinPosition"] == replay["startPosition"] == 0
+    data = [frame for frame in replay["frames"] if frame[2] == 1]  # HDR_TYPE_DATA
+    assert len(data) >= 150 and all(frame[6] == replay["imageSessionId"] for frame in data)
+
+
+@pytest.mark.parametrize("direction", ["java-from-ours", "ours-from-java"])
+def test_replication_over_response_channels(java, ours, clients, direction):
+    """One archive replicating from the other with a srcResponseChannel and a response replication channel (the
+    destination's REPLAY_TOKEN and GET_ARCHIVE_PROXY states): its control session to the source and the source's
+    replay both answer connections the destination opened."""
+    to_java, to_ours = clients
+    src, dst, src_control_channel = ((to_ours, to_java, ours.control_channel) if direction == "java-from-ours"
+                                     else (to_java, to_ours, java.control_channel))
+    src_id, stop = record(src.archive, 300, 7107 if direction == "java-from-ours" else 7108)
+    response = response_channel()
+    replication_id = dst.archive.replicate(
+        src_id, CONTROL_STREAM_ID, src_control_channel,
+        ReplicationParams(src_response_channel=response, replication_channel=response))
+    assert dst.await_signal(replication_id, S.STOP) == [S.REPLICATE, S.EXTEND, S.SYNC, S.REPLICATE_END, S.STOP]
+    dst_id = dst.events(replication_id)[0].recording_id
+    assert dst.archive.get_stop_position(dst_id) == stop
+    assert_same_payloads(src.archive, src_id, dst.archive, dst_id, stop)
+
+
+def assert_same_payloads(src: AeronArchive, src_id: int, dst: AeronArchive, dst_id: int, stop: int) -> None:
+    """Over a response channel the replay's session id is the response publication's (none can be asked for), so
+    the replica's frames carry it: what must be the source's is every message, in order, and the positions."""
+    assert messages_of(dst, dst_id, stop) == messages_of(src, src_id, stop)
+
+
+def messages_of(archive: AeronArchive, recording_id: int, stop: int) -> list[bytes]:
+    messages: list[bytes] = []
+    channel = f"aeron:udp?endpoint=localhost:{free_udp_port()}"
+    with archive.replay(recording_id, channel, 7999, position=0, length=stop) as subscription:
+        deadline = time.monotonic() + 30
+        while not subscription.images() or subscription.images()[0].position < stop:
+            subscription.poll(lambda data, header: messages.append(bytes(data)), 100)
+            assert time.monotonic() < deadline, f"the replay of recording {recording_id} did not reach {stop}"
+        subscription.poll(lambda data, header: messages.append(bytes(data)), 100)
+    return messages

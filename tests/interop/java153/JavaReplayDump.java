@@ -3,6 +3,7 @@ import io.aeron.Image;
 import io.aeron.Subscription;
 import io.aeron.archive.client.AeronArchive;
 import io.aeron.archive.client.ArchiveException;
+import io.aeron.archive.client.ReplayParams;
 import io.aeron.logbuffer.LogBufferDescriptor;
 import org.agrona.DirectBuffer;
 
@@ -21,7 +22,8 @@ import java.util.List;
  *                REPLAY_CHANNEL REPLAY_STREAM_ID IDLE_TIMEOUT_MS RECORDING_ID...
  * </pre>
  *
- * Each recording is replayed from its start with length REPLAY_ALL_AND_STOP. The image is read with
+ * Each recording is replayed from its start with length REPLAY_ALL_AND_STOP (through the ReplayParams form of
+ * AeronArchive.replay, so a REPLAY_CHANNEL in response mode is replayed over a response channel). The image is read with
  * {@link Image#blockPoll}, which delivers a PAD frame as a block of its own (Image.poll would skip it), and each
  * block is walked frame by frame. A frame is reported as [position, frameLength, type, flags, version, reservedValue,
  * sessionId, streamId, termId, termOffset, sha256 of the frame's body (frameLength - 32 bytes)], position being the
@@ -97,8 +99,10 @@ public final class JavaReplayDump
         final Subscription subscription;
         try
         {
-            subscription = archive.replay(
-                recordingId, startPosition, AeronArchive.REPLAY_ALL_AND_STOP, replayChannel, replayStreamId);
+            // The ReplayParams form: a response replay channel (control-mode=response) goes through Java's
+            // replayViaResponseChannel (replay token, a request publication naming the subscription).
+            subscription = archive.replay(recordingId, replayChannel, replayStreamId,
+                new ReplayParams().position(startPosition).length(AeronArchive.REPLAY_ALL_AND_STOP));
         }
         catch (final ArchiveException ex)
         {
