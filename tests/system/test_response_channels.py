@@ -10,6 +10,8 @@ from system.test_replay_fetch import record_stopped
 
 from aeron_archive_spark.archive.channel import ChannelUri
 from aeron_archive_spark.archive.client import AeronArchive
+from aeron_archive_spark.archive.client.aeron_archive import replay_request
+from aeron_archive_spark.archive.constants import ControlResponseCode
 from aeron_archive_spark.archive.native import AeronClient
 
 
@@ -102,3 +104,38 @@ def test_a_replay_via_a_response_channel_arrives_over_the_connection_the_client_
     assert replay[1] == 7301 and params(replay[0])["control-mode"] == "response"
     assert int(params(replay[0])["response-correlation-id"]) > 0
     assert image.join_position == d.start_position
+
+
+def test_a_replay_token_works_for_its_recording_only_and_a_refused_one_is_answered(harness):
+    """The archive's side step by step, on a media driver: a token for one recording; a replay of another with it is
+    answered with an error naming the token (Java's client would time out); with its recording it replays."""
+    d, _ = record_stopped(harness, payloads_of([200] * 20), 6303)
+    other, _ = record_stopped(harness, payloads_of([200] * 5), 6304)
+    request, stream_id, response, replay_channel = response_channels(harness, "udp")
+    with AeronArchive.connect(harness.aeron_dir, request, stream_id, response, message_timeout_s=5) as client:
+        token = client.request_replay_token(d.recording_id)
+        assert token != -1
+        with client.aeron.add_subscription(replay_channel, 7302) as subscription:
+            publication = client.replay_request_publication(subscription.registration_id)
+            try:
+                proxy = wait_for(publication.poll, 5, "the request publication to connect")
+
+                def replay(recording_id: int) -> int:
+                    return client.send(lambda ids: replay_request(ids, recording_id, 0, -1, replay_channel, 7302, -1,
+                                                                  token), via=proxy)
+
+                refused = replay(other.recording_id)
+                (error,) = wait_for(lambda: [m for m in client.poll_responses() if m.correlation_id == refused], 5,
+                                    "the refusal")
+                assert error.code == ControlResponseCode.ERROR
+                assert error.error_message == (
+                    f"Unknown session or token timeout for replayToken={token}: the token was issued for "
+                    f"recordingId={d.recording_id}, not recordingId={other.recording_id}")
+                accepted = replay(d.recording_id)
+                (ok,) = wait_for(lambda: [m for m in client.poll_responses() if m.correlation_id == accepted], 5,
+                                 "the replay's OK")
+                assert ok.code == ControlResponseCode.OK
+                assert len(read_all(subscription, d.stop_position)) == 20
+            finally:
+                while not publication.close():
+                    pass
