@@ -9,6 +9,7 @@ from aeron_archive_spark.archive.client.connection import (
     ConnectionOptions,
     default_aeron_dir,
 )
+from aeron_archive_spark.archive.client.replay_merge import ReplayMerge
 from aeron_archive_spark.archive.client.replication_params import ReplicationParams
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "ConnectionOptions",
     "RecordingSignalEvent",
     "RecordingSubscriptionDescriptor",
+    "ReplayMerge",
     "ReplicationParams",
     "default_aeron_dir",
 ]
