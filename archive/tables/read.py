@@ -12,7 +12,7 @@ batches so that Spark sees few, large ones, and `current_descriptors` looks all 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 
 import pyarrow as pa
@@ -21,6 +21,7 @@ from aeron_archive_spark.archive.client.pool import ConnectionPool, connection_p
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
 from aeron_archive_spark.archive.exceptions import ArchiveError
 from aeron_archive_spark.archive.storage.catalog import Catalog
+from aeron_archive_spark.archive.storage.frames import FrameScan, scan_frames
 from aeron_archive_spark.archive.tables.chunks import ChunkSource, DiskChunkSource
 from aeron_archive_spark.archive.tables.decode import MIN_BATCH_BYTES, DecodedRows, RangeDecoder, merge_decoded
 from aeron_archive_spark.archive.tables.payload import PayloadDecoder
@@ -103,7 +104,10 @@ def _read_items(
 
 
 def read_ranges(
-    ranges: Iterable[ReadRange], schema: pa.Schema, decoder: PayloadDecoder | None
+    ranges: Iterable[ReadRange],
+    schema: pa.Schema,
+    decoder: PayloadDecoder | None,
+    after_loss: Callable[[ReadRange, Exception], ReadRange | None] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Record batches of the messages of each range, range after range, in the order given.
 
@@ -111,11 +115,35 @@ def read_ranges(
     are yielded: Spark's per-batch cost would otherwise dominate a partition of many small recordings. Rows keep
     their order. One chunk source per location serves every range; through an archive, the small ranges' replays
     are asked for ahead (`archive.client.replay`).
+
+    `after_loss`: for reads that go on after data loss (the Spark source's failOnDataLoss=false). When reading a
+    range fails (a segment file gone under the reader: purged, retention, truncated), it is called with the range
+    being read and the error, and answers what is left of the range to read instead (from a later start: rows
+    already given are never given again), None if nothing is left, or the range itself if the failure was no data
+    loss (the error is then raised).
     """
     ranges = list(ranges)
     sources: dict[type[ReadLocation], ChunkSource] = {}
     held: list[pa.RecordBatch | DecodedRows] = []
     held_bytes = 0
+
+    def items(read_range: ReadRange, source: ChunkSource) -> Iterator[pa.RecordBatch | DecodedRows]:
+        current: ReadRange | None = read_range
+        while current is not None:
+            tracked = _TrackedChunks(source, current.start)
+            try:
+                yield from _read_items(current, schema, decoder, tracked, MIN_BATCH_BYTES, defer_small=True)
+                return
+            except Exception as ex:
+                if after_loss is None:
+                    raise
+                remainder = after_loss(current, ex)
+                # Only a remainder past every chunk already handed to the decoder: no row is given twice. (Rows
+                # decoded but not yet given lie below the lost data, which starts past the failed chunk.)
+                if remainder is current or (remainder is not None and remainder.start <= tracked.last_position):
+                    raise
+                current = remainder
+
     try:
         for read_range in ranges:
             kind = type(read_range.location)
@@ -125,7 +153,7 @@ def read_ranges(
                 if isinstance(source, ReplayChunkSource | ReplicaChunkSource) and len(ranges) > 1:
                     source.read_ahead([r for r in ranges if type(r.location) is kind])
             # Small ranges' few messages come as `DecodedRows`: built into Arrow once per merged batch.
-            for item in _read_items(read_range, schema, decoder, source, MIN_BATCH_BYTES, defer_small=True):
+            for item in items(read_range, source):
                 if isinstance(item, DecodedRows):
                     size = item.nbytes
                 else:
@@ -147,6 +175,29 @@ def read_ranges(
         for source in sources.values():
             if isinstance(source, ReplayChunkSource | ReplicaChunkSource):
                 source.close()
+
+
+class _TrackedChunks:
+    """A chunk source that remembers the position of the last chunk it handed out."""
+
+    def __init__(self, source: ChunkSource, start: int) -> None:
+        self._source = source
+        self.last_position = start
+
+    def iter_chunks(self, partition: ReadRange) -> Iterator[tuple[memoryview, int]]:
+        for chunk, position in self._source.iter_chunks(partition):
+            self.last_position = position
+            yield chunk, position
+
+    def iter_scanned_chunks(self, partition: ReadRange) -> Iterator[tuple[memoryview, int, FrameScan]]:
+        scanned = getattr(self._source, "iter_scanned_chunks", None)
+        if scanned is None:
+            for chunk, position in self.iter_chunks(partition):
+                yield chunk, position, scan_frames(chunk, 0, len(chunk), stop_at_padding=False)
+            return
+        for chunk, position, scan in scanned(partition):
+            self.last_position = position
+            yield chunk, position, scan
 
 
 def current_descriptor(read_range: ReadRange, pool: ConnectionPool | None = None) -> RecordingDescriptor | None:

@@ -84,7 +84,29 @@ class ReaderBase:
             return  # Spark's stand-in `InputPartition(None)` when planning found nothing to read
         readable = self._skip_lost_data(partition.read_ranges)
         if readable:
-            yield from read_ranges(readable, self._arrow_schema, self._payload_decoder())
+            after_loss = None if self.options.fail_on_data_loss else self._after_loss
+            yield from read_ranges(readable, self._arrow_schema, self._payload_decoder(), after_loss)
+
+    def _after_loss(self, read_range: ReadRange, error: Exception) -> ReadRange | None:
+        """failOnDataLoss=false: a range whose read failed goes on with what is left of it if its recording lost
+        data under the reader (a purge or retention removed segments it had not read yet, a truncation); the
+        range itself otherwise (the failure is raised)."""
+        rid = read_range.recording_id
+        try:
+            descriptor = current_descriptors([read_range])[rid]
+        except Exception as ex:
+            log.debug("recording %d: could not look it up again after a failed read: %s", rid, ex)
+            return read_range
+        surviving = self._surviving(read_range, descriptor)
+        if surviving is not read_range:
+            log.warning(
+                "recording %d: reading [%d, %d) failed after data loss: %s",
+                rid,
+                read_range.start,
+                read_range.end,
+                error,
+            )
+        return surviving
 
     def _skip_lost_data(self, ranges: Sequence[ReadRange]) -> list[ReadRange]:
         """With failOnDataLoss=false, read only what still exists of ranges truncated or purged since planning.

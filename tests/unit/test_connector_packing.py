@@ -287,3 +287,60 @@ def test_open_cost_defaults_to_the_cost_of_the_path_and_can_be_set():
     assert ReadOptions.parse({"archiveDir": "/x", "recordingId": "1"}, False).open_cost_in_bytes == 128 * 1024
     assert ReadOptions.parse({"recordingId": "1"}, True).open_cost_in_bytes == 256 * 1024
     assert ReadOptions.parse({"recordingId": "1", "openCostInBytes": "1k"}, False).open_cost_in_bytes == 1024
+
+
+# -- reads that go on after data loss (failOnDataLoss=false) ---------------------------------------------------
+
+
+class LosingChunks:
+    """Serves a stream, but the chunks from `lost_below` down are gone once `after` chunks were handed out (a purge
+    under the reader): asking for one raises, as a missing segment file does."""
+
+    def __init__(self, stream: Stream, lost_below: int, after: int) -> None:
+        self.stream = stream
+        self.lost_below = lost_below
+        self.after = after
+        self.given = 0
+
+    def iter_chunks(self, partition: ReadRange):
+        for chunk, position in self.stream.chunks(partition.start, partition.limit, 4096):
+            if self.given >= self.after and position < self.lost_below:
+                raise ArchiveError(f"recording segment not found (position {position}: purged or deleted?)")
+            self.given += 1
+            yield chunk, position
+
+
+def test_a_read_that_loses_data_under_it_goes_on_with_what_is_left_giving_no_row_twice(monkeypatch):
+    s = random_stream(61, 400, straddle=False)
+    lost_below = s.start + (s.position - s.start) // 2 // TERM * TERM  # a term boundary mid-way
+    r = ReadRange(0, s.facts(), s.start, s.position, s.position, SegmentFiles("/nowhere"), ends_at_stop=True)
+    source = LosingChunks(s, lost_below, after=3)
+    monkeypatch.setattr("aeron_archive_spark.archive.tables.read.open_chunk_source", lambda _r: source)
+    asked = []
+
+    def after_loss(failed: ReadRange, error: Exception):
+        asked.append((failed.start, str(error)))
+        return failed.surviving(lost_below, failed.limit)
+
+    got = [(p, v) for b in read_ranges([r], SCHEMA, None, after_loss)
+           for p, v in zip(b.column("position").to_pylist(), b.column("value").to_pylist(), strict=True)]
+    positions = [p for p, _ in got]
+    assert positions == sorted(set(positions))  # in order, none twice
+    assert [(p, v) for p, v, _ in s.messages if p >= lost_below] == [(p, v) for p, v in got if p >= lost_below]
+    assert len(asked) == 1 and "purged or deleted" in asked[0][1]
+    # without the hook (failOnDataLoss=true), the failure is raised naming the position
+    source.given = 0
+    with pytest.raises(ArchiveError, match="purged or deleted"):
+        list(read_ranges([r], SCHEMA, None))
+
+
+def test_a_remainder_that_would_give_rows_again_is_refused(monkeypatch):
+    s = random_stream(62, 400, straddle=False)
+    r = ReadRange(0, s.facts(), s.start, s.position, s.position, SegmentFiles("/nowhere"), ends_at_stop=True)
+    source = LosingChunks(s, s.position, after=5)  # fails past what a remainder from the start would reread
+    monkeypatch.setattr("aeron_archive_spark.archive.tables.read.open_chunk_source", lambda _r: source)
+    with pytest.raises(ArchiveError, match="purged or deleted"):
+        list(read_ranges([r], SCHEMA, None, lambda failed, _e: failed.surviving(s.start + 32, failed.limit)))
+    source.given = 0
+    with pytest.raises(ArchiveError, match="purged or deleted"):  # "no data loss": the range itself
+        list(read_ranges([r], SCHEMA, None, lambda failed, _e: failed))
