@@ -31,6 +31,20 @@ from system.test_sink_util import batch_map, replay_recording, sink_options, sin
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+@pytest.fixture(scope="module")
+def aeron_dir(tmp_path_factory):
+    """A media driver of this module's own that times a dead client out after 2 s (Aeron's default is 10 s): the
+    hard-crash tests wait for the driver to close what a killed commit left behind, and no live client here goes
+    2 s without a keepalive (the C client's conductor thread sends them)."""
+    from aeron_archive_spark.archive.native import EmbeddedMediaDriver
+
+    driver = EmbeddedMediaDriver(str(tmp_path_factory.mktemp("aeron-sink-commit") / "driver"),
+                                 settings={"AERON_TIMER_INTERVAL": "20ms", "AERON_CLIENT_LIVENESS_TIMEOUT": "2s"})
+    yield driver.aeron_dir
+    connection_pool().close()
+    driver.close()
+
+
 @pytest.fixture
 def harness(aeron_dir, tmp_path):
     h = Harness(aeron_dir, str(tmp_path / "archive"))
