@@ -647,7 +647,10 @@ class ReplicationSession:
                 self._signal(position, RecordingSignal.SYNC)
                 self.src_replay_session_id = NULL_VALUE
             elif self.dst_stop_position == NULL_POSITION or position < self.dst_stop_position:
-                self._check_replay_ended_well(position, end_of_stream=True)
+                # The image tells how the replay ended: an end of stream (a live source's recording stopped), or
+                # none (the source went away: killed, or its link cut, and the image timed out).
+                end_of_stream = self.image.is_end_of_stream if self.image is not None else True
+                self._check_replay_ended_well(position, end_of_stream)
         self._set_state(ReplicationState.DONE, "recording subscription closed")
 
     def _check_replay_ended_well(self, position: int, end_of_stream: bool) -> None:

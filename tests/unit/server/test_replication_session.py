@@ -928,6 +928,23 @@ def test_a_live_source_is_followed_until_its_replay_ends_without_sync():
     assert "StopReplayRequest" not in rig.source.names()
 
 
+def test_a_live_source_dying_reported_by_the_replica_stopping_first_is_an_error_not_a_clean_end():
+    """The recorder (its own thread) may stop the replica before this session sees the image close: how the image
+    ended still decides; without an end of stream the source went away and the requester is told."""
+    rig = Rig()
+    image = rig.to_replicating(SRC_LIVE)
+    image.position = 8192
+    image.is_closed = True  # timed out: the source was killed
+    rig.session.on_replica_stopped(8192)
+    assert rig.state is State.DONE
+    assert len(rig.host.errors) == 1 and "ended at position 8192" in rig.host.errors[0][2]
+    clean = Rig()
+    image = clean.to_replicating(SRC_LIVE)
+    image.position, image.is_closed, image.is_end_of_stream = 8192, True, True  # the source's recording stopped
+    clean.session.on_replica_stopped(8192)
+    assert clean.state is State.DONE and clean.host.errors == []
+
+
 def test_a_live_source_s_replay_image_going_without_end_of_stream_is_reported():
     rig = Rig()
     image = rig.to_replicating(SRC_LIVE)
