@@ -57,9 +57,12 @@ def free_udp_port() -> int:
 @pytest.fixture(scope="session")
 def media_driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     from aeron_archive_spark.archive.native import EmbeddedMediaDriver
-    # A fast driver timer makes images go unavailable promptly after their publications close.
+    # A fast driver timer makes images go unavailable promptly after their publications close, and a short client
+    # liveness timeout (Aeron's default is 10 s) closes what a killed process left (its publications, and so the
+    # recordings and sink log leases they held) in 2 s: the crash tests wait for exactly that. A live client's
+    # conductor thread sends a keepalive every 500 ms, whatever its process is doing.
     driver = EmbeddedMediaDriver(str(tmp_path_factory.mktemp("aeron") / "driver"),
-                                 settings={"AERON_TIMER_INTERVAL": "20ms"})
+                                 settings={"AERON_TIMER_INTERVAL": "20ms", "AERON_CLIENT_LIVENESS_TIMEOUT": "2s"})
     yield driver
     driver.close()
 

@@ -70,6 +70,7 @@ def read_line(proc: subprocess.Popen, timeout: float) -> str:
 
 
 @pytest.mark.spark
+@pytest.mark.slow  # the default run covers the Quickstart in tests/wheel: the same blocks, run against the wheel
 def test_quickstart_as_written(tmp_path):
     run_quickstart(tmp_path, python=sys.executable, serve_cwd=ROOT)
 
