@@ -1,6 +1,10 @@
-"""Deletes segment files after truncate/purge once replays of the recording have stopped, then signals DELETE.
+"""Deletes segment files off the request's path, one per conductor duty cycle, then signals DELETE.
 
-States AWAIT_REPLAYS_STOP → DELETE_FILES → DONE (Aeron's `DeleteSegmentsSession`); one file per duty cycle.
+States AWAIT_REPLAYS_STOP → DELETE_FILES → DONE (Aeron's `DeleteSegmentsSession`). As in Java, only a truncation
+waits for the recording's replays to stop first (`await_replays_stop`); a purge (of a recording, or of segments
+before its start, detached or purged) deletes at once: nothing can replay what it removes.
+`max_delete_position` is the highest segment base among the files, by which the conductor tells whether a replay
+or an extension would touch what is being deleted (Java's `maxDeletePosition`).
 """
 
 from __future__ import annotations
@@ -10,9 +14,15 @@ from collections.abc import Callable
 from enum import Enum
 
 from aeron_archive_spark.archive.exceptions import ArchiveError
-from aeron_archive_spark.archive.storage.segments import delete_segment_file
+from aeron_archive_spark.archive.storage.segments import delete_segment_file, named_position
 
 log = logging.getLogger(__name__)
+
+
+def max_segment_position(recording_id: int, file_names: list[str]) -> int:
+    """The highest position named by the files (`<id>-<position>.rec[.del]`); -2**63 for none (Java's start)."""
+    positions = [named_position(recording_id, name) for name in file_names]
+    return max((p for p in positions if p is not None), default=-(1 << 63))
 
 
 class DeleteSegmentsState(Enum):
@@ -29,13 +39,15 @@ class DeleteSegmentsSession:
         file_names: list[str],
         replays_active: Callable[[], bool],
         on_done: Callable[[DeleteSegmentsSession], None],
+        await_replays_stop: bool = True,
     ) -> None:
         self.recording_id = recording_id
+        self.max_delete_position = max_segment_position(recording_id, file_names)
         self._archive_dir = archive_dir
         self._files = list(file_names)
         self._replays_active = replays_active
         self._on_done = on_done
-        self.state = DeleteSegmentsState.AWAIT_REPLAYS_STOP
+        self.state = DeleteSegmentsState.AWAIT_REPLAYS_STOP if await_replays_stop else DeleteSegmentsState.DELETE_FILES
         self.errors: list[str] = []
 
     @property

@@ -12,6 +12,8 @@ import errno
 import logging
 import os
 import re
+import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -20,6 +22,7 @@ from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
 from aeron_archive_spark.archive.storage.frames import (
     FRAME_ALIGNMENT,
     HEADER_LENGTH,
+    HEADER_STRUCT,
     compute_term_id_from_position,
     header_matches,
     position_bits_to_shift,
@@ -28,6 +31,7 @@ from aeron_archive_spark.archive.storage.frames import (
 log = logging.getLogger(__name__)
 
 _SEGMENT_NAME = re.compile(r"^([0-9]+)-(-?[0-9]+)\.rec$")
+_FRAME_LENGTH = struct.Struct("<i")
 
 
 def segment_file_name(recording_id: int, base_position: int) -> str:
@@ -275,3 +279,143 @@ def _check_data_header(path: str, descriptor: RecordingExtent, position: int, se
         header, 0, position & (term_length - 1), term_id, descriptor.stream_id
     ):
         raise ArchiveError(f"{position} position not aligned to a data header", ErrorCode.INVALID_POSITION)
+
+
+# -- segment management (Java's `ArchiveConductor` detach/delete/purge/attach/migrate, their file side) ----------------
+
+
+def detached_segment_files(
+    recording_id: int, previous_start: int, start_position: int, term_length: int, segment_length: int
+) -> list[str]:
+    """Names of the segment files before the segment of `start_position`, from the one of `previous_start` up, in
+    position order (Java's `findDetachedSegments`): what a purge or a delete of detached segments removes."""
+    first = segment_file_base_position(previous_start, previous_start, term_length, segment_length)
+    start_segment = segment_file_base_position(start_position, start_position, term_length, segment_length)
+    return [segment_file_name(recording_id, base) for base in range(first, start_segment, segment_length)]
+
+
+def lowest_segment_file_position(archive_dir: str | os.PathLike[str], recording_id: int) -> int | None:
+    """The lowest base position named by a file of the recording (`.rec` or `.rec.del`), None without one: where
+    Java's `deleteDetachedSegments` starts looking for detached segments. Names whose position does not parse are
+    skipped."""
+    positions = [named_position(recording_id, name) for name in recording_file_names(archive_dir, recording_id)]
+    return min((p for p in positions if p is not None), default=None)
+
+
+def named_position(recording_id: int, name: str) -> int | None:
+    """The position a file of the recording is named after (`<id>-<position>.rec[.del]`, up to the first dot, as
+    Java parses it), None if it does not parse."""
+    try:
+        return int(name[len(f"{recording_id}-") : name.index(".")])
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class AttachableSegment:
+    """A segment file found before a recording's start that `AttachSegments` takes back: its recording data
+    starts at `base_position + term_offset` (0 for a whole segment, else the recording's original start)."""
+
+    base_position: int
+    term_offset: int
+
+
+def find_attachable_segments(
+    archive_dir: str | os.PathLike[str], descriptor: RecordingExtent
+) -> Iterator[AttachableSegment]:
+    """The detached segment files that join the recording's start, walking back one segment at a time (Java's
+    `attachSegments`): it stops at the first missing file, or after a segment whose data starts mid-term (the
+    recording's first). A file of the wrong length, or whose first frame names another term or stream, raises
+    `ArchiveError` (GENERIC) with Java's text; the segments yielded before it stay attachable."""
+    segment_length = descriptor.segment_file_length
+    term_length = descriptor.term_buffer_length
+    bits = position_bits_to_shift(term_length)
+    position = descriptor.start_position - segment_length
+    while position >= 0:
+        path = os.path.join(os.fspath(archive_dir), segment_file_name(descriptor.recording_id, position))
+        try:
+            file_length = os.stat(path).st_size
+        except FileNotFoundError:
+            return
+        if file_length != segment_length:
+            raise ArchiveError(f"fileLength={file_length} not equal to segmentLength={segment_length}")
+        term_id = compute_term_id_from_position(position, bits, descriptor.initial_term_id)
+        term_offset = _first_frame_offset(path, term_length, term_id, descriptor.stream_id)
+        yield AttachableSegment(position, term_offset)
+        if term_offset != 0:
+            return
+        position -= segment_length
+
+
+def _first_frame_offset(path: str, term_length: int, term_id: int, stream_id: int) -> int:
+    """Offset of the first frame in the segment's first term, checked against `term_id` and `stream_id` (Java's
+    `findTermOffsetForStart`: the leading zeros of a recording that starts mid-term are skipped)."""
+    with open(path, "rb") as file:
+        first_term = file.read(term_length)
+    view = memoryview(first_term)
+    offset = 0
+    while offset + HEADER_LENGTH <= len(view):
+        if _FRAME_LENGTH.unpack_from(view, offset)[0] > 0:
+            break
+        offset += FRAME_ALIGNMENT
+    if offset + HEADER_LENGTH > len(view) or offset >= term_length:
+        raise ArchiveError(f"fragment not found in first term of segment {path}")
+    header = HEADER_STRUCT.unpack_from(view, offset)
+    actual_term_id, actual_stream_id = header[7], header[6]
+    if actual_term_id != term_id:
+        raise ArchiveError(f"term id does not match: actual={actual_term_id} expected={term_id}")
+    if actual_stream_id != stream_id:
+        raise ArchiveError(f"stream id does not match: actual={actual_stream_id} expected={stream_id}")
+    return offset
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentMigration:
+    """The file side of `MigrateSegments`: the source's segment files to rename to the destination's names, in
+    position order, and the source's empty file that follows its last segment (deleted, not moved)."""
+
+    moves: tuple[tuple[str, str], ...]
+    empty_following: tuple[str, ...]
+
+
+def plan_segment_migration(
+    archive_dir: str | os.PathLike[str], src: RecordingExtent, dst_recording_id: int
+) -> SegmentMigration:
+    """Which files a migration of `src`'s segments into `dst_recording_id` moves (Java's `moveAllSegments`, its
+    checks first): every segment from the one of src's start to the one of its stop, but for one that starts at
+    the stop position (the empty file a recording stopped on a segment boundary leaves). A source file that is
+    missing, or a destination name already taken, raises `ArchiveError` (GENERIC) with Java's text; nothing has
+    been moved then."""
+    directory = os.fspath(archive_dir)
+    term_length, segment_length = src.term_buffer_length, src.segment_file_length
+    first = segment_file_base_position(src.start_position, src.start_position, term_length, segment_length)
+    last = segment_file_base_position(src.start_position, src.stop_position, term_length, segment_length)
+    moves: list[tuple[str, str]] = []
+    empty: list[str] = []
+    for position in range(first, last + 1, segment_length):
+        src_name = segment_file_name(src.recording_id, position)
+        if position == src.stop_position:
+            empty.insert(0, src_name)
+            continue
+        src_path = os.path.join(directory, src_name)
+        dst_path = os.path.join(directory, segment_file_name(dst_recording_id, position))
+        if not os.path.exists(src_path):
+            raise ArchiveError(f"missing src segment file {src_path}")
+        if os.path.exists(dst_path):
+            raise ArchiveError(f"preexisting dst segment file {dst_path}")
+        moves.append((src_name, segment_file_name(dst_recording_id, position)))
+    return SegmentMigration(tuple(moves), tuple(empty))
+
+
+def move_segment_files(archive_dir: str | os.PathLike[str], moves: tuple[tuple[str, str], ...]) -> int:
+    """Rename each (src, dst) pair in order; returns how many moved. A failed rename raises `ArchiveError` with
+    Java's text (the files moved before it stay moved, as with Java)."""
+    directory = os.fspath(archive_dir)
+    for count, (src_name, dst_name) in enumerate(moves):
+        src_path, dst_path = os.path.join(directory, src_name), os.path.join(directory, dst_name)
+        try:
+            os.rename(src_path, dst_path)
+        except OSError as ex:
+            raise ArchiveError(f"failed to rename {src_path} to {dst_path}") from ex
+        log.debug("segment %s moved to %s (%d of %d)", src_name, dst_name, count + 1, len(moves))
+    return len(moves)
