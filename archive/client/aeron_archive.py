@@ -54,6 +54,7 @@ from aeron_archive_spark.archive.native import (
     Publication,
     Subscription,
 )
+from aeron_archive_spark.archive.storage.segments import segment_file_base_position
 
 __all__ = ["AeronArchive", "DescriptorMessage", "RecordingSignalEvent", "RequestIds"]
 
@@ -825,6 +826,53 @@ class AeronArchive:
 
     def purge_recording(self, recording_id: int) -> int:
         return self._request_ok(lambda ids: m.PurgeRecordingRequest.of(**ids, recording_id=recording_id))
+
+    # -- segment management (Java's detachSegments ... migrateSegments) ----------------------------------------
+    def detach_segments(self, recording_id: int, new_start_position: int) -> None:
+        """Move the recording's start up to `new_start_position`, the first byte of a segment after the current
+        start's (see `segment_file_base_position`); the files before it stay on disk until deleted or attached
+        again. Segments being recorded or replayed cannot be detached."""
+        self._request_ok(
+            lambda ids: m.DetachSegmentsRequest.of(
+                **ids, recording_id=recording_id, new_start_position=new_start_position
+            )
+        )
+
+    def delete_detached_segments(self, recording_id: int) -> int:
+        """Delete the segment files detached from the recording's start; returns how many (a DELETE signal
+        follows once they are gone)."""
+        return self._request_ok(lambda ids: m.DeleteDetachedSegmentsRequest.of(**ids, recording_id=recording_id))
+
+    def purge_segments(self, recording_id: int, new_start_position: int) -> int:
+        """Detach and delete the segments before `new_start_position` (as `detach_segments`); returns how many
+        files are deleted (a DELETE signal follows once they are gone)."""
+        return self._request_ok(
+            lambda ids: m.PurgeSegmentsRequest.of(
+                **ids, recording_id=recording_id, new_start_position=new_start_position
+            )
+        )
+
+    def attach_segments(self, recording_id: int) -> int:
+        """Attach the detached segment files that join the recording's start again; returns how many."""
+        return self._request_ok(lambda ids: m.AttachSegmentsRequest.of(**ids, recording_id=recording_id))
+
+    def migrate_segments(self, src_recording_id: int, dst_recording_id: int) -> int:
+        """Move the segments of the stopped recording `src_recording_id` onto the start or the end of
+        `dst_recording_id` (same stream, term, segment and MTU lengths, joining on a segment boundary); the source
+        is left empty at its start. Returns how many segment files moved; a DELETE signal follows for the source."""
+        return self._request_ok(
+            lambda ids: m.MigrateSegmentsRequest.of(
+                **ids, src_recording_id=src_recording_id, dst_recording_id=dst_recording_id
+            )
+        )
+
+    @staticmethod
+    def segment_file_base_position(
+        start_position: int, position: int, term_buffer_length: int, segment_length: int
+    ) -> int:
+        """Base position of the segment holding `position` in a recording starting at `start_position` (Java's
+        `AeronArchive.segmentFileBasePosition`): where `detach_segments` and `purge_segments` may cut."""
+        return segment_file_base_position(start_position, position, term_buffer_length, segment_length)
 
     def archive_id(self) -> int:
         return self._archive_id

@@ -73,7 +73,7 @@ from aeron_archive_spark.archive.server.session import Session
 from aeron_archive_spark.archive.storage import segments
 from aeron_archive_spark.archive.storage.catalog import Catalog
 from aeron_archive_spark.archive.storage.checksums import Checksum, checksum_for_name
-from aeron_archive_spark.archive.storage.frames import FRAME_ALIGNMENT
+from aeron_archive_spark.archive.storage.frames import FRAME_ALIGNMENT, to_int32
 from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
 from aeron_archive_spark.archive.storage.recording_writer import RecordingWriter
 
@@ -145,7 +145,10 @@ class ArchiveConductor(Agent):
         self._next_pending_replay = 1
         # Aborted before their publication came: polled until the driver answers, so it can be closed.
         self._abandoned_replays: list[CreateReplayPublicationSession] = []
+        # Deletions by recording id (the latest, as Java's map) and every one still running (a migration may add one
+        # for a recording that has one already, as Java's does).
         self._delete_sessions: dict[int, DeleteSegmentsSession] = {}
+        self._deletes: list[DeleteSegmentsSession] = []
         # Replications by id (until done or stopped), and every replication session still to be driven and closed.
         self._replications: dict[int, ReplicationSession] = {}
         self._replication_sessions: list[ReplicationSession] = []
@@ -270,7 +273,7 @@ class ArchiveConductor(Agent):
                 work += abandoned.do_work(now_ns)
                 if abandoned.is_settled:
                     self._abandoned_replays.remove(abandoned)
-        for delete in list(self._delete_sessions.values()):
+        for delete in list(self._deletes):
             work += delete.do_work(now_ns)
         self._replay_tokens.expire(now_ns)
         if self._settling:
@@ -497,9 +500,10 @@ class ArchiveConductor(Agent):
             )
         if recording_id in self._recordings or descriptor.is_active:
             raise ArchiveError(f"cannot extend active recording {recording_id}", ErrorCode.ACTIVE_RECORDING)
-        if recording_id in self._delete_sessions:
+        delete = self._delete_sessions.get(recording_id)
+        if delete is not None and delete.max_delete_position >= descriptor.stop_position:
             raise ArchiveError(
-                f"cannot extend recording {recording_id} while its segments are being deleted", ErrorCode.GENERIC
+                f"cannot extend recording {recording_id} due to an outstanding delete operation", ErrorCode.GENERIC
             )
 
     def _add_recording_subscription(
@@ -981,9 +985,7 @@ class ArchiveConductor(Agent):
                 )
             if position < d.start_position:
                 raise ArchiveError(
-                    f"requested replay start position={position} is less than recording start "
-                    f"position={d.start_position} for recordingId={recording_id}",
-                    ErrorCode.INVALID_POSITION,
+                    _replay_before_start(recording_id, position, d.start_position), ErrorCode.INVALID_POSITION
                 )
             if d.stop_position != NULL_POSITION and position >= d.stop_position:
                 raise ArchiveError(
@@ -1028,9 +1030,10 @@ class ArchiveConductor(Agent):
                 f"replay length must be positive: length={length} for recordingId={recording_id}", ErrorCode.GENERIC
             )
         delete = self._delete_sessions.get(recording_id)
-        if delete is not None:
+        if delete is not None and delete.max_delete_position > d.stop_position and stop_position > d.stop_position:
             raise ArchiveError(
-                f"cannot replay recording {recording_id} while its segments are being deleted", ErrorCode.GENERIC
+                f"cannot start replay of recording {recording_id} due to an outstanding delete operation",
+                ErrorCode.GENERIC,
             )
         buffer_length = replay_buffer_length(io_length, replay_length, d.mtu_length)
         pending = self.aeron.async_add_exclusive_publication(
@@ -1042,6 +1045,18 @@ class ArchiveConductor(Agent):
 
         def on_publication(publication: ExclusivePublication) -> None:
             self._pending_replays.pop(key, None)
+            start = self.catalog.start_position(recording_id) if self.catalog.has_recording(recording_id) else None
+            if start is None or replay_position < start:
+                # Segments were detached (or the recording purged) while the publication was being added.
+                publication.close()
+                message = (
+                    f"unknown recording id: {recording_id}"
+                    if start is None
+                    else _replay_before_start(recording_id, replay_position, start)
+                )
+                code = ErrorCode.UNKNOWN_RECORDING if start is None else ErrorCode.INVALID_POSITION
+                self._send_error(control_session_id, correlation_id, code, message)
+                return
             try:
                 self._new_replay_session(
                     session,
@@ -1237,14 +1252,13 @@ class ArchiveConductor(Agent):
                 f"multiple of 32 in [{d.start_position}, {d.stop_position}]",
                 ErrorCode.INVALID_POSITION,
             )
-        if recording_id in self._delete_sessions:
-            raise ArchiveError(f"another delete is in progress for recording {recording_id}", ErrorCode.GENERIC)
+        self._check_delete_allowed(recording_id)
         to_delete = segments.truncate_segment_files(self.ctx.archive_dir, d, position)
         self.catalog.update_stop_position(recording_id, position)
         for replay in self._replays_of(recording_id):
             replay.abort("recording truncated")
         self._abort_pending_replays(recording_id, "recording truncated")
-        self._queue_deletion(session, correlation_id, recording_id, to_delete)
+        self._queue_deletion(session, correlation_id, recording_id, to_delete, await_replays_stop=True)
 
     def purge_recording(self, session: ControlClient, request: m.PurgeRecordingRequest) -> None:
         correlation_id = request.correlation_id
@@ -1254,27 +1268,183 @@ class ArchiveConductor(Agent):
             raise ArchiveError(f"cannot purge active recording {recording_id}", ErrorCode.ACTIVE_RECORDING)
         if self._has_replays(recording_id):
             raise ArchiveError(f"cannot purge recording with active replay {recording_id}", ErrorCode.ACTIVE_RECORDING)
-        if recording_id in self._delete_sessions:
-            raise ArchiveError(f"another delete is in progress for recording {recording_id}", ErrorCode.GENERIC)
+        self._check_delete_allowed(recording_id)
         self.catalog.change_state(recording_id, RecordingState.DELETED)
         files = segments.recording_file_names(self.ctx.archive_dir, recording_id)
         self._queue_deletion(session, correlation_id, recording_id, files)
 
-    def _queue_deletion(self, session: ControlClient, correlation_id: int, recording_id: int, files: list[str]) -> None:
-        control_session_id = session.control_session_id
-        session.send_ok(correlation_id, len(files))
+    def _check_delete_allowed(self, recording_id: int) -> None:
+        """Java's `isDeleteAllowed`: one deletion at a time per recording."""
+        if recording_id in self._delete_sessions:
+            raise ArchiveError(f"another delete operation in progress for recording id: {recording_id}")
 
-        def on_done(delete: DeleteSegmentsSession) -> None:
-            self._delete_sessions.pop(recording_id, None)
+    def _queue_deletion(
+        self,
+        session: ControlClient,
+        correlation_id: int,
+        recording_id: int,
+        files: list[str],
+        *,
+        await_replays_stop: bool = False,
+    ) -> None:
+        """Answer OK(number of files) and delete them off this path (Java's `deleteSegments`): DELETE is signalled
+        once the last is gone, or at once when there are none."""
+        session.send_ok(correlation_id, len(files))
+        if not self._add_deletion(session, correlation_id, recording_id, files, await_replays_stop):
+            session.send_signal(correlation_id, recording_id, -1, -1, RecordingSignal.DELETE)
+
+    def _add_deletion(
+        self,
+        session: ControlClient,
+        correlation_id: int,
+        recording_id: int,
+        files: list[str] | tuple[str, ...],
+        await_replays_stop: bool,
+    ) -> int:
+        """Start a `DeleteSegmentsSession` for `files` (none for no files); returns how many it deletes (Java's
+        `addDeleteSegmentsSession`). It signals DELETE to the requester when done."""
+        if not files:
+            return 0
+        control_session_id = session.control_session_id
+
+        def on_done(done: DeleteSegmentsSession) -> None:
+            if self._delete_sessions.get(recording_id) is done:
+                del self._delete_sessions[recording_id]
+            if done in self._deletes:
+                self._deletes.remove(done)
             self._signal(control_session_id, correlation_id, recording_id, -1, -1, RecordingSignal.DELETE)
 
         delete = DeleteSegmentsSession(
-            self.ctx.archive_dir, recording_id, files, lambda: self._has_replays(recording_id), on_done
+            self.ctx.archive_dir,
+            recording_id,
+            list(files),
+            lambda: self._has_replays(recording_id),
+            on_done,
+            await_replays_stop=await_replays_stop,
         )
-        if not files:
-            on_done(delete)
-            return
         self._delete_sessions[recording_id] = delete
+        self._deletes.append(delete)
+        return len(files)
+
+    # -- segment management (Java's detach/delete detached/purge/attach/migrate segments) ----------------------
+    def detach_segments(self, session: ControlClient, request: m.DetachSegmentsRequest) -> None:
+        """Move the recording's start up to a segment boundary; the files before it stay (OK, no signal)."""
+        recording_id, position = request.recording_id, request.new_start_position
+        self._check_detach(self._descriptor(recording_id), position)
+        self.catalog.update_start_position(recording_id, position)
+        session.send_ok(request.correlation_id, 0)
+
+    def delete_detached_segments(self, session: ControlClient, request: m.DeleteDetachedSegmentsRequest) -> None:
+        """Delete the files before the recording's start: OK(count), DELETE once they are gone."""
+        recording_id = request.recording_id
+        d = self._descriptor(recording_id)
+        self._check_delete_allowed(recording_id)
+        lowest = segments.lowest_segment_file_position(self.ctx.archive_dir, recording_id)
+        files = (
+            []
+            if lowest is None
+            else segments.detached_segment_files(
+                recording_id, lowest, d.start_position, d.term_buffer_length, d.segment_file_length
+            )
+        )
+        self._queue_deletion(session, request.correlation_id, recording_id, files)
+
+    def purge_segments(self, session: ControlClient, request: m.PurgeSegmentsRequest) -> None:
+        """Detach up to the new start and delete what was detached: OK(count), DELETE once the files are gone."""
+        recording_id, position = request.recording_id, request.new_start_position
+        d = self._descriptor(recording_id)
+        self._check_detach(d, position)
+        self._check_delete_allowed(recording_id)
+        self.catalog.update_start_position(recording_id, position)
+        files = segments.detached_segment_files(
+            recording_id, d.start_position, position, d.term_buffer_length, d.segment_file_length
+        )
+        self._queue_deletion(session, request.correlation_id, recording_id, files)
+
+    def _check_detach(self, d: RecordingDescriptor, position: int) -> None:
+        """Java's `isValidDetach`: a segment boundary past the first segment, not past the segment being recorded
+        (or the last one), nor past the segment a running replay of the recording reads."""
+        recording_id = d.recording_id
+        start, term_length, segment_length = d.start_position, d.term_buffer_length, d.segment_file_length
+        lower_bound = segments.segment_file_base_position(start, start, term_length, segment_length) + segment_length
+        if position != segments.segment_file_base_position(start, position, term_length, segment_length):
+            raise ArchiveError(f"invalid segment start: newStartPosition={position}")
+        if position < lower_bound:
+            raise ArchiveError(f"invalid detach: newStartPosition={position} lowerBound={lower_bound}")
+        end = self.recorded_position(recording_id)
+        upper_bound = segments.segment_file_base_position(start, end, term_length, segment_length)
+        if position > upper_bound:
+            raise ArchiveError(f"invalid detach: in use, newStartPosition={position} upperBound={upper_bound}")
+        blocking = None
+        blocking_base = 0
+        for replay in self._replays_of(recording_id):
+            base = segments.segment_file_base_position(start, replay.replay_position, term_length, segment_length)
+            if position > base and (blocking is None or base < blocking_base):
+                blocking, blocking_base = replay, base
+        if blocking is not None:
+            raise ArchiveError(
+                f"invalid detach: replay in progress -  state={blocking.state.name} newStartPosition={position} "
+                f"upperBound={blocking_base} sessionId={to_int32(blocking.replay_session_id)} "
+                f"streamId={blocking.publication.stream_id} channel={blocking.publication.channel}"
+            )
+
+    def attach_segments(self, session: ControlClient, request: m.AttachSegmentsRequest) -> None:
+        """Take back the detached segment files that join the recording's start, moving the start down with each
+        (Java's `attachSegments`): OK(count). A file that does not fit fails the request; what was attached
+        before it stays attached."""
+        recording_id = request.recording_id
+        d = self._descriptor(recording_id)
+        count = 0
+        for segment in segments.find_attachable_segments(self.ctx.archive_dir, d):
+            self.catalog.update_start_position(recording_id, segment.base_position + segment.term_offset)
+            count += 1
+        session.send_ok(request.correlation_id, count)
+
+    def migrate_segments(self, session: ControlClient, request: m.MigrateSegmentsRequest) -> None:
+        """Move a stopped recording's segments onto the start or the end of another it joins on a segment boundary
+        (Java's `migrateSegments`): OK(count moved); the source is left empty at its start, and DELETE is signalled
+        for it."""
+        src = self._descriptor(request.src_recording_id)
+        dst = self._descriptor(request.dst_recording_id)
+        if src.stop_position == NULL_POSITION:
+            raise ArchiveError(f"recording {src.recording_id} is still active")
+        for name, src_value, dst_value in (
+            ("SegmentFileLength", src.segment_file_length, dst.segment_file_length),
+            ("TermBufferLength", src.term_buffer_length, dst.term_buffer_length),
+            ("InitialTermId", src.initial_term_id, dst.initial_term_id),
+            ("StreamId", src.stream_id, dst.stream_id),
+            ("MtuLength", src.mtu_length, dst.mtu_length),
+        ):
+            if src_value != dst_value:
+                raise ArchiveError(f"invalid migrate: src{name}={src_value} dst{name}={dst_value}")
+        prepend = src.stop_position == dst.start_position
+        if not prepend and src.start_position != dst.stop_position:
+            raise ArchiveError(
+                "invalid migrate: src and dst are not contiguous"
+                f" srcStartPosition={src.start_position} srcStopPosition={src.stop_position}"
+                f" dstStartPosition={dst.start_position} dstStopPosition={dst.stop_position}"
+            )
+        join = src.stop_position if prepend else src.start_position
+        for label, d in (("src", src), ("dst", dst)):
+            if join != segments.segment_file_base_position(
+                d.start_position, join, d.term_buffer_length, d.segment_file_length
+            ):
+                raise ArchiveError(
+                    f"invalid migrate: join position is not on segment boundary of {label} recording"
+                    f" seamPosition={join} startPosition={d.start_position} stopPosition={d.stop_position}"
+                    f" termBufferLength={d.term_buffer_length} segmentFileLength={d.segment_file_length}"
+                )
+        plan = segments.plan_segment_migration(self.ctx.archive_dir, src, dst.recording_id)
+        moved = segments.move_segment_files(self.ctx.archive_dir, plan.moves)
+        to_delete = self._add_deletion(session, request.correlation_id, src.recording_id, plan.empty_following, False)
+        if prepend:
+            self.catalog.update_start_position(dst.recording_id, src.start_position)
+        else:
+            self.catalog.update_stop_position(dst.recording_id, src.stop_position)
+        self.catalog.update_stop_position(src.recording_id, src.start_position)
+        session.send_ok(request.correlation_id, moved)
+        if moved > 0 and to_delete == 0:
+            session.send_signal(request.correlation_id, src.recording_id, -1, -1, RecordingSignal.DELETE)
 
     # -- close ---------------------------------------------------------------------------------------------
     # -- replication -----------------------------------------------------------------------------------------
@@ -1432,7 +1602,7 @@ class ArchiveConductor(Agent):
             abandoned.close()
         self._abandoned_replays.clear()
         self._run_tasks()  # recorder/replayer hand-backs (catalog stop positions) queued while they shut down
-        for delete in list(self._delete_sessions.values()):
+        for delete in list(self._deletes):
             while not delete.is_done():
                 delete.do_work(self.ctx.nano_clock())
         for replication in list(self._replication_sessions):
@@ -1452,6 +1622,14 @@ class ArchiveConductor(Agent):
         if self._events is not None:
             self._events.close()
         self.counters.close()
+
+
+def _replay_before_start(recording_id: int, position: int, start_position: int) -> str:
+    """Java's `ArchiveException.buildReplayBeforeStartErrorMsg`."""
+    return (
+        f"requested replay start position={position} is less than recording start position={start_position} "
+        f"for recording {recording_id}"
+    )
 
 
 class _ReplicaFields(TypedDict):

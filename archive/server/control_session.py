@@ -554,6 +554,23 @@ class ControlSession:
     def on_purge_recording(self, request: m.PurgeRecordingRequest) -> None:
         self._serve(request.name, request.correlation_id, lambda: self._conductor.purge_recording(self, request))
 
+    def on_detach_segments(self, request: m.DetachSegmentsRequest) -> None:
+        self._serve(request.name, request.correlation_id, lambda: self._conductor.detach_segments(self, request))
+
+    def on_delete_detached_segments(self, request: m.DeleteDetachedSegmentsRequest) -> None:
+        self._serve(
+            request.name, request.correlation_id, lambda: self._conductor.delete_detached_segments(self, request)
+        )
+
+    def on_purge_segments(self, request: m.PurgeSegmentsRequest) -> None:
+        self._serve(request.name, request.correlation_id, lambda: self._conductor.purge_segments(self, request))
+
+    def on_attach_segments(self, request: m.AttachSegmentsRequest) -> None:
+        self._serve(request.name, request.correlation_id, lambda: self._conductor.attach_segments(self, request))
+
+    def on_migrate_segments(self, request: m.MigrateSegmentsRequest) -> None:
+        self._serve(request.name, request.correlation_id, lambda: self._conductor.migrate_segments(self, request))
+
     def on_replicate(self, request: m.ReplicateRequest | m.TaggedReplicateRequest | m.ReplicateRequest2) -> None:
         self._serve(request.name, request.correlation_id, lambda: self._conductor.replicate(self, request))
 

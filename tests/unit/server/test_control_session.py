@@ -337,10 +337,10 @@ def test_the_archive_id_request_is_answered_by_the_session() -> None:
 def test_an_unsupported_request_is_answered_with_an_error_naming_it() -> None:
     rig = Rig()
     rig.to_active()
-    rig.session.on_unsupported_request(24, "DetachSegmentsRequest", 53)
+    rig.session.on_unsupported_request(24, "UpdateChannelRequest", 107)
     (error,) = rig.messages()
     assert (error.correlation_id, error.code) == (24, ControlResponseCode.ERROR)
-    assert error.error_message == "request DetachSegmentsRequest (templateId=53) is not supported by this archive"
+    assert error.error_message == "request UpdateChannelRequest (templateId=107) is not supported by this archive"
 
 
 def test_a_keep_alive_is_not_answered() -> None:
