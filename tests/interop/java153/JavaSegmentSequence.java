@@ -94,6 +94,31 @@ public final class JavaSegmentSequence
         step("migrate prepend", () -> archive.migrateSegments(b, c), true, b, c);
         step("migrate the empty source again", () -> archive.migrateSegments(b, c), false, b, c);
         step("attach after migrate", () -> archive.attachSegments(c), false, c);
+
+        // Append: a recording that starts where c stops (c truncated to a segment boundary first).
+        step("truncate to a segment boundary", () -> archive.truncateRecording(c, 4 * SEG), true, c);
+        final long[] de = record(7303, 4 * SEG, PER_SEGMENT + 7, true);
+        final long d = de[0];
+        step("migrate append across streams", () -> archive.migrateSegments(d, c), false, d, c);
+        final long e = record(7302, 4 * SEG, PER_SEGMENT + 7, true)[0];
+        step("migrate not contiguous", () -> archive.migrateSegments(e, b), false, e, b);
+        step("migrate append", () -> archive.migrateSegments(e, c), true, e, c);
+        final long f = record(7302, 0, PER_SEGMENT / 2, true)[0];
+        final long g = record(7302, SEG / 2, PER_SEGMENT, true)[0];
+        step("migrate seam off a segment", () -> archive.migrateSegments(f, g), false, f, g);
+
+        // A recording that starts mid-term, then a live one.
+        final long h = record(7304, 2 * TERM + 64, 3 * PER_SEGMENT, true)[0];
+        step("detach unaligned start", () -> { archive.detachSegments(h, 2 * TERM + 2 * SEG); return "ok"; }, false, h);
+        step("attach unaligned start", () -> archive.attachSegments(h), false, h);
+        step("purge unaligned start", () -> archive.purgeSegments(h, 2 * TERM + SEG), true, h);
+        final long live = record(7305, 0, 3 * PER_SEGMENT + 10, false)[0];
+        step("purge live past the recording", () -> archive.purgeSegments(live, 4 * SEG), false, live);
+        step("purge live", () -> archive.purgeSegments(live, 3 * SEG), true, live);
+        step("migrate live", () -> archive.migrateSegments(live, c), false, live, c);
+        archive.stopRecording(SUBSCRIPTIONS.remove(0));
+        PUBLICATIONS.forEach(ExclusivePublication::close);
+        PUBLICATIONS.clear();
     }
 
     private static final List<Long> SUBSCRIPTIONS = new ArrayList<>();
