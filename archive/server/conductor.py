@@ -1321,10 +1321,16 @@ class ArchiveConductor(Agent):
             lambda: self._has_replays(recording_id),
             on_done,
             await_replays_stop=await_replays_stop,
+            on_error=lambda message: self._on_delete_error(control_session_id, correlation_id, message),
         )
         self._delete_sessions[recording_id] = delete
         self._deletes.append(delete)
         return len(files)
+
+    def _on_delete_error(self, control_session_id: int, correlation_id: int, message: str) -> None:
+        """A segment file that could not be deleted: counted, and the request answered with an error naming it."""
+        self._on_agent_error(ArchiveError(message))
+        self._send_error(control_session_id, correlation_id, ErrorCode.GENERIC, message)
 
     # -- segment management (Java's detach/delete detached/purge/attach/migrate segments) ----------------------
     def detach_segments(self, session: ControlClient, request: m.DetachSegmentsRequest) -> None:

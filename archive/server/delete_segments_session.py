@@ -40,7 +40,9 @@ class DeleteSegmentsSession:
         replays_active: Callable[[], bool],
         on_done: Callable[[DeleteSegmentsSession], None],
         await_replays_stop: bool = True,
+        on_error: Callable[[str], None] | None = None,
     ) -> None:
+        """`on_error` hears of each file that cannot be deleted (Java answers the request with an error naming it)."""
         self.recording_id = recording_id
         self.max_delete_position = max_segment_position(recording_id, file_names)
         self._archive_dir = archive_dir
@@ -49,6 +51,7 @@ class DeleteSegmentsSession:
         self._on_done = on_done
         self.state = DeleteSegmentsState.AWAIT_REPLAYS_STOP if await_replays_stop else DeleteSegmentsState.DELETE_FILES
         self.errors: list[str] = []
+        self._on_error = on_error
 
     @property
     def session_id(self) -> int:
@@ -83,6 +86,8 @@ class DeleteSegmentsSession:
         except (ArchiveError, OSError) as ex:
             self.errors.append(f"failed to delete {name}: {ex}")
             log.warning("recording %d: failed to delete %s: %s", self.recording_id, name, ex)
+            if self._on_error is not None:
+                self._on_error(ex.message if isinstance(ex, ArchiveError) else f"unable to delete segment file: {ex}")
 
     def close(self) -> None:
         self.state = DeleteSegmentsState.DONE

@@ -221,8 +221,8 @@ def test_follow_replay_reaches_messages_published_after_it_started(harness):
 def test_unsupported_requests_get_an_error_naming_them(harness):
     client = harness.client
     with client._lock:
-        correlation_id, _ = client._request(lambda ids: messages.DetachSegmentsRequest.of(
-            **ids, recording_id=1, new_start_position=0))
+        correlation_id, _ = client._request(lambda ids: messages.UpdateChannelRequest.of(
+            **ids, recording_id=1, channel="aeron:ipc"))
         with pytest.raises(ArchiveError) as err:
-            client._await_response(correlation_id, "DetachSegmentsRequest")
-    assert "DetachSegmentsRequest" in err.value.message and "not supported" in err.value.message
+            client._await_response(correlation_id, "UpdateChannelRequest")
+    assert "UpdateChannelRequest" in err.value.message and "not supported" in err.value.message

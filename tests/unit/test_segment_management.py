@@ -147,3 +147,17 @@ def test_start_position_updates_are_durable_and_checksummed(tmp_path: Path) -> N
         d = catalog.get(rid)
         assert (d.start_position, d.stop_position) == (3 * S, 5 * S)
         assert catalog.entry_checksum_ok(rid)
+
+
+def test_a_file_that_cannot_be_deleted_is_reported_and_the_rest_deleted(tmp_path: Path) -> None:
+    stuck, gone = segment_file_name(RID, 0), segment_file_name(RID, S)
+    (tmp_path / stuck).mkdir()  # os.remove refuses a directory, even for root
+    (tmp_path / gone).write_bytes(b"")
+    errors: list[str] = []
+    done: list[DeleteSegmentsSession] = []
+    session = DeleteSegmentsSession(str(tmp_path), RID, [stuck, gone], lambda: False, done.append,
+                                    await_replays_stop=False, on_error=errors.append)
+    while not session.is_done():
+        session.do_work(0)
+    assert len(errors) == 1 and errors[0].startswith(f"unable to delete segment file: {tmp_path / stuck}")
+    assert not (tmp_path / gone).exists() and done == [session]
