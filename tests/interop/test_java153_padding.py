@@ -39,7 +39,6 @@ import pytest
 from conftest import free_udp_port
 from interop.java153env import (
     Java153Env,
-    Java153Unavailable,
     JavaArchive,
     OurArchive,
     aeron_archive_cli,
@@ -265,14 +264,6 @@ def publish(env: Java153Env, aeron_dir: str | Path, control_channel: str, script
 
 # ---------------------------------------------------------------------------------------------------------------------
 # fixtures
-
-
-@pytest.fixture(scope="module")
-def env() -> Java153Env:
-    try:
-        return Java153Env.get()
-    except Java153Unavailable as ex:
-        pytest.skip(f"Java Aeron 1.53 unavailable: {ex}")
 
 
 @pytest.fixture(scope="module")

@@ -23,22 +23,13 @@ Every test skips unless JAVA_AERON_HOME names a Java Aeron 1.53 build (see /work
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import free_udp_port
-from interop.java153env import (
-    Java153Env,
-    Java153Unavailable,
-    JavaArchive,
-    OurArchive,
-    start_java_archive,
-    start_our_archive,
-    udp,
-)
+from interop.java153env import JavaArchive, OurArchive, udp
 
 from aeron_archive_spark.archive.client import AeronArchive, ReplicationParams
 from aeron_archive_spark.archive.client.aeron_archive import RecordingSignalEvent
@@ -49,30 +40,6 @@ S = RecordingSignal
 CONTROL_STREAM_ID = 10
 RESPONSE = "aeron:udp?endpoint=localhost:0"
 TERM_LENGTH = 64 * 1024
-
-
-@pytest.fixture(scope="module")
-def env() -> Java153Env:
-    try:
-        return Java153Env.get()
-    except Java153Unavailable as ex:
-        pytest.skip(f"Java Aeron 1.53 unavailable: {ex}")
-
-
-@pytest.fixture
-def java(env: Java153Env, tmp_path: Path) -> Iterator[JavaArchive]:
-    archive = start_java_archive(env, tmp_path / "java", free_udp_port(),
-                                 "-Daeron.archive.segment.file.length=131072")
-    yield archive
-    archive.stop()
-
-
-@pytest.fixture
-def ours(tmp_path: Path) -> Iterator[OurArchive]:
-    archive = start_our_archive(tmp_path / "ours", tmp_path / "ours" / "archive", free_udp_port(),
-                                "--segment-length", "128k")
-    yield archive
-    archive.stop()
 
 
 class Client:

@@ -16,46 +16,12 @@ Skips unless JAVA_AERON_HOME names a Java Aeron 1.53 build:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-from conftest import free_udp_port
-from interop.java153env import (
-    Java153Env,
-    Java153Unavailable,
-    JavaArchive,
-    OurArchive,
-    start_java_archive,
-    start_our_archive,
-)
+from interop.java153env import Java153Env
 
 RESPONSE = "aeron:udp?endpoint=localhost:0"
 SEGMENT = 128 * 1024
-
-
-@pytest.fixture(scope="module")
-def env() -> Java153Env:
-    try:
-        return Java153Env.get()
-    except Java153Unavailable as ex:
-        pytest.skip(f"Java Aeron 1.53 unavailable: {ex}")
-
-
-@pytest.fixture
-def java(env: Java153Env, tmp_path: Path) -> Iterator[JavaArchive]:
-    archive = start_java_archive(env, tmp_path / "java", free_udp_port(),
-                                 f"-Daeron.archive.segment.file.length={SEGMENT}")
-    yield archive
-    archive.stop()
-
-
-@pytest.fixture
-def ours(tmp_path: Path) -> Iterator[OurArchive]:
-    archive = start_our_archive(tmp_path / "ours", tmp_path / "ours" / "archive", free_udp_port(),
-                                "--segment-length", "128k")
-    yield archive
-    archive.stop()
 
 
 def sequence(env: Java153Env, aeron_dir: str, control_channel: str, archive_dir: Path) -> list[str]:
