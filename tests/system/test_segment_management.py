@@ -5,6 +5,7 @@ and client, as Java's `ManageRecordingHistoryTest` and `MigrateSegmentsTest` dri
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -131,6 +132,8 @@ def test_purge_segments_while_a_replay_of_a_later_range_runs(harness):
     # A replay from segment 5 that nobody reads yet: it stays in the segment it started in, held by flow control.
     reader = client.replay(rid, REPLAY_CHANNEL, 9103, position=5 * SEGMENT, length=REPLAY_ALL_AND_STOP)
     try:
+        wait_for(lambda: reader.image_count > 0, what="the replay image")
+        time.sleep(0.1)  # connected: the archive's replay session is in REPLAY
         assert client.purge_segments(rid, 4 * SEGMENT) == 4
         harness.await_signal(RecordingSignal.DELETE, rid)
         assert client.get_start_position(rid) == 4 * SEGMENT

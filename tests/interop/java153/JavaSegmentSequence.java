@@ -81,6 +81,14 @@ public final class JavaSegmentSequence
 
         try (Subscription replay = archive.replay(r, 6 * SEG, Long.MAX_VALUE, "aeron:ipc", 7402))
         {
+            // Connected, and so in the archive's REPLAY state (never polled: it stays in its first segment).
+            final long deadline = System.nanoTime() + 10_000_000_000L;
+            while (replay.imageCount() == 0)
+            {
+                check(deadline, "replay image");
+                Thread.yield();
+            }
+            Thread.sleep(100);
             step("purge past a running replay", () -> archive.purgeSegments(r, 7 * SEG), false, r);
             step("purge up to a running replay", () -> archive.purgeSegments(r, 6 * SEG), true, r);
             System.out.println("replay subscribed | " + replay.streamId());
