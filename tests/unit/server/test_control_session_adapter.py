@@ -115,6 +115,15 @@ REQUESTS: list[tuple[str, dict[str, Any], str, tuple[Any, ...]]] = [
     ("TruncateRecordingRequest", {"correlation_id": 22, "recording_id": 8, "position": 128},
      "truncate_recording", (22, 8, 128)),
     ("PurgeRecordingRequest", {"correlation_id": 23, "recording_id": 8}, "purge_recording", (23, 8)),
+    ("DetachSegmentsRequest", {"correlation_id": 24, "recording_id": 8, "new_start_position": 131072},
+     "detach_segments", (24, 8, 131072)),
+    ("DeleteDetachedSegmentsRequest", {"correlation_id": 25, "recording_id": 8}, "delete_detached_segments",
+     (25, 8)),
+    ("PurgeSegmentsRequest", {"correlation_id": 26, "recording_id": 8, "new_start_position": 131072},
+     "purge_segments", (26, 8, 131072)),
+    ("AttachSegmentsRequest", {"correlation_id": 27, "recording_id": 8}, "attach_segments", (27, 8)),
+    ("MigrateSegmentsRequest", {"correlation_id": 28, "src_recording_id": 8, "dst_recording_id": 9},
+     "migrate_segments", (28, 8, 9)),
 ]
 
 
