@@ -1290,22 +1290,21 @@ class ArchiveConductor(Agent):
         """Answer OK(number of files) and delete them off this path (Java's `deleteSegments`): DELETE is signalled
         once the last is gone, or at once when there are none."""
         session.send_ok(correlation_id, len(files))
-        if not self._add_deletion(session, correlation_id, recording_id, files, await_replays_stop):
+        if not self._add_deletion(session.control_session_id, correlation_id, recording_id, files, await_replays_stop):
             session.send_signal(correlation_id, recording_id, -1, -1, RecordingSignal.DELETE)
 
     def _add_deletion(
         self,
-        session: ControlClient,
+        control_session_id: int,
         correlation_id: int,
         recording_id: int,
         files: list[str] | tuple[str, ...],
         await_replays_stop: bool,
     ) -> int:
         """Start a `DeleteSegmentsSession` for `files` (none for no files); returns how many it deletes (Java's
-        `addDeleteSegmentsSession`). It signals DELETE to the requester when done."""
+        `addDeleteSegmentsSession`). It signals DELETE to the requester's control session (if any) when done."""
         if not files:
             return 0
-        control_session_id = session.control_session_id
 
         def on_done(done: DeleteSegmentsSession) -> None:
             if self._delete_sessions.get(recording_id) is done:
@@ -1357,15 +1356,26 @@ class ArchiveConductor(Agent):
 
     def purge_segments(self, session: ControlClient, request: m.PurgeSegmentsRequest) -> None:
         """Detach up to the new start and delete what was detached: OK(count), DELETE once the files are gone."""
-        recording_id, position = request.recording_id, request.new_start_position
-        d = self._descriptor(recording_id)
-        self._check_detach(d, position)
-        self._check_delete_allowed(recording_id)
-        self.catalog.update_start_position(recording_id, position)
-        files = segments.detached_segment_files(
-            recording_id, d.start_position, position, d.term_buffer_length, d.segment_file_length
+        count = self.purge_segments_to(
+            request.recording_id, request.new_start_position, session.control_session_id, request.correlation_id
         )
-        self._queue_deletion(session, request.correlation_id, recording_id, files)
+        session.send_ok(request.correlation_id, count)
+
+    def purge_segments_to(
+        self, recording_id: int, new_start_position: int, control_session_id: int = -1, correlation_id: int = -1
+    ) -> int:
+        """The work of PurgeSegments, for the request and for the archive's own use (conductor thread): checks as
+        Java (raising `ArchiveError` with its texts), moves the start, deletes the segment files before it off this
+        path and returns how many; DELETE goes to `control_session_id` once they are gone (none for -1). A valid
+        purge always has a file to delete, so the DELETE of an empty deletion is never owed."""
+        d = self._descriptor(recording_id)
+        self._check_detach(d, new_start_position)
+        self._check_delete_allowed(recording_id)
+        self.catalog.update_start_position(recording_id, new_start_position)
+        files = segments.detached_segment_files(
+            recording_id, d.start_position, new_start_position, d.term_buffer_length, d.segment_file_length
+        )
+        return self._add_deletion(control_session_id, correlation_id, recording_id, files, False)
 
     def _check_detach(self, d: RecordingDescriptor, position: int) -> None:
         """Java's `isValidDetach`: a segment boundary past the first segment, not past the segment being recorded
@@ -1442,7 +1452,9 @@ class ArchiveConductor(Agent):
                 )
         plan = segments.plan_segment_migration(self.ctx.archive_dir, src, dst.recording_id)
         moved = segments.move_segment_files(self.ctx.archive_dir, plan.moves)
-        to_delete = self._add_deletion(session, request.correlation_id, src.recording_id, plan.empty_following, False)
+        to_delete = self._add_deletion(
+            session.control_session_id, request.correlation_id, src.recording_id, plan.empty_following, False
+        )
         if prepend:
             self.catalog.update_start_position(dst.recording_id, src.start_position)
         else:

@@ -261,3 +261,27 @@ def test_migrate_refusals(harness):
     assert refused(lambda: client.migrate_segments(half, after)) == (
         f"invalid migrate: join position is not on segment boundary of src recording seamPosition={SEGMENT // 2} "
         f"startPosition=0 stopPosition={SEGMENT // 2} termBufferLength={SMALL_TERM} segmentFileLength={SEGMENT}")
+
+
+def test_the_archive_purges_on_its_own_behalf_through_the_same_path(harness):
+    """`purge_segments_to` (what retention builds on) runs on the conductor thread with no requester: Java's checks,
+    the start moved, the files deleted off the conductor's path, no signal to anyone."""
+    client = harness.client
+    rid, payloads, _, _ = record(harness, 1211, 4 * PER_SEGMENT + 9)
+    conductor = harness.archive.conductor
+    answers: list[object] = []
+
+    def purge(position: int) -> None:
+        try:
+            answers.append(conductor.purge_segments_to(rid, position))
+        except ArchiveError as ex:
+            answers.append(ex.message)
+
+    conductor.enqueue(lambda: purge(SEGMENT + 32))
+    conductor.enqueue(lambda: purge(3 * SEGMENT))
+    wait_for(lambda: len(answers) == 2, what="the conductor's purges")
+    assert answers == [f"invalid segment start: newStartPosition={SEGMENT + 32}", 3]
+    wait_for(lambda: files_of(harness, rid) == names(rid, 3, 4), what="the files deleted")
+    assert client.get_start_position(rid) == 3 * SEGMENT
+    assert replay(harness, rid, -1, len(payloads) - 3 * PER_SEGMENT) == payloads[3 * PER_SEGMENT:]
+    assert harness.signals.of(RecordingSignal.DELETE, rid) == []
