@@ -34,11 +34,12 @@ def _size(text: str) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from aeron_archive_spark.archive.cli import credentials
+    from aeron_archive_spark.archive.cli import credentials, retention
     from aeron_archive_spark.archive.server.archive import Archive
     from aeron_archive_spark.archive.server.context import ArchiveContext
 
     read_write_secret, read_only_secret = credentials.secrets_from_args(args)
+    kept = retention.from_args(args)
     ctx = ArchiveContext(
         archive_dir=args.dir,
         aeron_dir=args.aeron_dir,
@@ -61,7 +62,17 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         low_storage_space_threshold=args.low_storage_threshold,
         replication_channel=args.replication_channel,
         replication_response_channel=args.replication_response_channel,
+        retention=kept.default,
+        retention_overrides=kept.overrides,
+        retention_check_interval_ms=kept.check_interval_ms,
     )
+    if kept.is_set:
+        log.info(
+            "retention: %s, %d override(s), checked every %d ms",
+            kept.default.describe(),
+            len(kept.overrides),
+            kept.check_interval_ms,
+        )
     credentials_required = read_write_secret is not None
     if read_write_secret is not None:
         ctx.require_credentials(read_write_secret, read_only_secret)
@@ -212,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
     from aeron_archive_spark.archive.cli import credentials
 
     credentials.add_arguments(serve)
+    from aeron_archive_spark.archive.cli import retention
+
+    retention.add_arguments(serve)
     serve.set_defaults(func=_cmd_serve)
 
     lst = sub.add_parser("list", help="list recordings from the catalog (offline)")

@@ -13,10 +13,11 @@ the context's `nano_clock` and handed to every session's `do_work`; wall-clock t
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import random
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypedDict
 
@@ -69,6 +70,7 @@ from aeron_archive_spark.archive.server.replication_session import (
     ReplicationRequest,
     ReplicationSession,
 )
+from aeron_archive_spark.archive.server.retention import RetentionCheck
 from aeron_archive_spark.archive.server.session import Session
 from aeron_archive_spark.archive.storage import segments
 from aeron_archive_spark.archive.storage.catalog import Catalog
@@ -148,6 +150,11 @@ class ArchiveConductor(Agent):
         # Deletions by recording id (the latest, as Java's map) and every one still running (a migration may add one
         # for a recording that has one already, as Java's does).
         self._delete_sessions: dict[int, DeleteSegmentsSession] = {}
+        # Retention (beyond Java): whole segments purged from recordings' starts to keep within the limits.
+        retention = RetentionCheck(
+            self, ctx.retention, ctx.retention_overrides, ctx.retention_check_interval_ms, ctx.epoch_clock
+        )
+        self.retention: RetentionCheck | None = retention if retention.is_enabled else None
         self._deletes: list[DeleteSegmentsSession] = []
         # Replications by id (until done or stopped), and every replication session still to be driven and closed.
         self._replications: dict[int, ReplicationSession] = {}
@@ -276,6 +283,8 @@ class ArchiveConductor(Agent):
         for delete in list(self._deletes):
             work += delete.do_work(now_ns)
         self._replay_tokens.expire(now_ns)
+        if self.retention is not None:
+            work += self.retention.do_work(now_ns)
         if self._settling:
             self._settling = [settle for settle in self._settling if not settle()]
         if self._replication_sessions:
@@ -930,6 +939,26 @@ class ArchiveConductor(Agent):
             raise ArchiveError(f"minRecordingId={min_recording_id} < 0", ErrorCode.GENERIC)
         found = self.catalog.find_last_matching(min_recording_id, channel, stream_id, session_id)
         session.send_ok(correlation_id, found)
+
+    # -- retention (RetentionHost) ---------------------------------------------------------------------------
+    def retention_recordings(self) -> Iterator[RecordingDescriptor]:
+        return self.catalog.descriptors()
+
+    def replay_positions(self, recording_id: int) -> list[int]:
+        """Where running replays of the recording are; a replay still being set up pins the recording's start."""
+        positions = [r.replay_position for r in self._replays_of(recording_id)]
+        if any(p.recording_id == recording_id for p in self._pending_replays.values()):
+            d = self.catalog.find(recording_id)
+            if d is not None:
+                positions.append(d.start_position)
+        return positions
+
+    def segment_last_write_ms(self, recording_id: int, base_position: int) -> int | None:
+        path = os.path.join(self.ctx.archive_dir, segments.segment_file_name(recording_id, base_position))
+        try:
+            return int(os.stat(path).st_mtime_ns // 1_000_000)
+        except OSError:
+            return None
 
     # -- replay --------------------------------------------------------------------------------------------
     def _replays_of(self, recording_id: int) -> list[ReplaySession]:

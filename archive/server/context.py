@@ -15,6 +15,7 @@ from aeron_archive_spark.archive.server.authorisation import (
     AuthorisationService,
     ReadOnlyAuthorisationService,
 )
+from aeron_archive_spark.archive.server.retention import RetentionLimits, RetentionOverride
 
 
 def _is_power_of_two(value: int) -> bool:
@@ -66,6 +67,12 @@ class ArchiveContext:
     replication_response_stream_id: int = c.CONTROL_RESPONSE_STREAM_ID_DEFAULT
     replication_timeout_ns: int = c.REPLICATION_TIMEOUT_NS_DEFAULT
     archive_id: int | None = None  # None: the Aeron client id, as in Java
+    # Retention (beyond Java, as Kafka's retention.ms / retention.bytes; `server.retention`): each recording kept
+    # within these limits by purging whole segments from its start, checked this often; overrides by stream id
+    # (and channel fragment), the first match winning.
+    retention: RetentionLimits = field(default_factory=RetentionLimits)
+    retention_overrides: tuple[RetentionOverride, ...] = ()
+    retention_check_interval_ms: int = 10_000
     # Who may connect and what they may do (Aeron's authenticator and authorisation service suppliers); the
     # defaults accept everyone and allow everything. `require_credentials` sets both for the two-secret scheme.
     authenticator: Authenticator = field(default_factory=Authenticator)

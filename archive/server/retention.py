@@ -24,10 +24,16 @@ Both limits may be set; a recording is then cut to the stricter of them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
+from aeron_archive_spark.archive.descriptor import RecordingDescriptor
+from aeron_archive_spark.archive.exceptions import ArchiveError
 from aeron_archive_spark.archive.storage.segments import segment_file_base_position
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +73,7 @@ class RecordingExtent:
     end_position: int  # the recorded position (live) or the stop position
     term_length: int
     segment_length: int
-    last_write_ms: dict[int, int]  # segment base position -> last write time of its file (ms since the epoch)
+    last_write_ms: Mapping[int, int]  # segment base position -> last write time of its file (ms since the epoch)
     lowest_replay_position: int | None = None
 
 
@@ -148,3 +154,110 @@ class RetentionOverride:
 
     def matches(self, stream_id: int, channel: str) -> bool:
         return stream_id == self.stream_id and self.channel_fragment in channel
+
+
+class RetentionHost(Protocol):
+    """What the retention check needs of the conductor (its thread): the recordings, how far each is recorded, where
+    running replays of each are, the last write of a segment file, and the purge itself."""
+
+    def retention_recordings(self) -> Iterable[RecordingDescriptor]: ...
+
+    def recorded_position(self, recording_id: int) -> int: ...
+
+    def replay_positions(self, recording_id: int) -> list[int]: ...
+
+    def segment_last_write_ms(self, recording_id: int, base_position: int) -> int | None: ...
+
+    def purge_segments_to(self, recording_id: int, new_start_position: int) -> int: ...
+
+
+class _LastWrites(dict[int, int]):
+    """Segment base -> last write (ms), stat'ed only when the age rule asks (a size rule needs none)."""
+
+    def __init__(self, host: RetentionHost, recording_id: int) -> None:
+        super().__init__()
+        self._host = host
+        self._recording_id = recording_id
+
+    def get(self, base: int, default: Any = None) -> Any:
+        if base not in self:
+            written = self._host.segment_last_write_ms(self._recording_id, base)
+            if written is None:
+                return default
+            self[base] = written
+        return self[base]
+
+
+class RetentionCheck:
+    """Applies the limits to every recording every `interval_ms` on the conductor's duty cycle: computes each
+    recording's retained start (`retained_start`) and purges whole segments up to it through the conductor's own
+    purge path (start position moved, files deleted off the conductor's path). Logged and counted."""
+
+    def __init__(
+        self,
+        host: RetentionHost,
+        default: RetentionLimits,
+        overrides: Sequence[RetentionOverride],
+        interval_ms: int,
+        epoch_ms: Callable[[], int],
+    ) -> None:
+        self._host = host
+        self._default = default
+        self._overrides = tuple(overrides)
+        self._interval_ns = interval_ms * 1_000_000
+        self._epoch_ms = epoch_ms
+        self._next_ns: int | None = None
+        self.checks = 0
+        self.purges = 0  # purges made
+        self.purged_bytes = 0  # bytes of recording they removed
+        self.failures = 0
+
+    @property
+    def is_enabled(self) -> bool:
+        return self._default.is_set or any(o.limits.is_set for o in self._overrides)
+
+    def do_work(self, now_ns: int) -> int:
+        if self._next_ns is not None and now_ns < self._next_ns:
+            return 0
+        self._next_ns = now_ns + self._interval_ns
+        self.checks += 1
+        now_ms = self._epoch_ms()
+        work = 0
+        for d in list(self._host.retention_recordings()):
+            limits = limits_for(d.stream_id, d.original_channel, self._default, self._overrides)
+            if not limits.is_set:
+                continue
+            rid = d.recording_id
+            end = d.stop_position if not d.is_active else self._host.recorded_position(rid)
+            replays = self._host.replay_positions(rid)
+            extent = RecordingExtent(
+                rid,
+                d.start_position,
+                end,
+                d.term_buffer_length,
+                d.segment_file_length,
+                _LastWrites(self._host, rid),
+                min(replays) if replays else None,
+            )
+            new_start = retained_start(extent, limits, now_ms)
+            if new_start <= d.start_position:
+                continue
+            try:
+                files = self._host.purge_segments_to(rid, new_start)
+            except ArchiveError as ex:  # a delete already running, a replay that started meanwhile: next time
+                self.failures += 1
+                log.info("retention: recording %d not purged to %d this time: %s", rid, new_start, ex)
+                continue
+            self.purges += 1
+            self.purged_bytes += new_start - d.start_position
+            work += 1
+            log.info(
+                "retention (%s): recording %d purged from %d to %d (%d segment file(s), %d bytes)",
+                limits.describe(),
+                rid,
+                d.start_position,
+                new_start,
+                files,
+                new_start - d.start_position,
+            )
+        return work
