@@ -12,6 +12,9 @@ read how far it got from outside the process.
 host, so the archive subscribes to the channel like any receiver rather than spying on a local publication).
 The `aeron-archive` CLI has no verb for it, so it is done here with the project's client.
 
+`session`: a client of an archive on this host (through its media driver) driven by JSON lines on stdin, one
+answer a line on stdout: replications and their signals, descriptors, segment file digests (test_replication.py).
+
 `recordings`: lists the archive's recordings with their recorded positions as JSON, either through the archive's
 own media driver (`--aeron-dir`, on the archive host) or, from any other host, through an embedded driver of
 this process over the UDP control channel.
@@ -165,6 +168,9 @@ def _cmd_publish(args: argparse.Namespace) -> int:
             stop.wait(args.linger_s if args.exit_when_done else None)
         finally:
             client.close()
+        # The driver sends the closed publication's end of stream from its own threads: receivers that see it end
+        # their images (and recordings) at once, rather than after the image liveness timeout.
+        time.sleep(args.drain_s)
     return 0
 
 
@@ -212,6 +218,172 @@ def _cmd_recordings(args: argparse.Namespace) -> int:
     return 0
 
 
+class ArchiveSession:
+    """`session`: one client of an archive on this host, driven by JSON lines on stdin (`{"command": ..., **args}`),
+    each answered by one line on stdout (`{"result": ...}` or `{"error": ...}`).
+
+    Every recording signal the archive sends is kept (replications report through them), and so is every error
+    response that names a correlation id (a replication's failure comes as one, with the replication id).
+    """
+
+    def __init__(self, archive: Any, archive_dir: str | None) -> None:
+        self.archive = archive
+        self.archive_dir = archive_dir
+        self.events: list[dict[str, Any]] = []
+        self.errors: list[dict[str, Any]] = []
+        archive.recording_signal_consumer = self._on_signal
+
+    def _on_signal(self, event: Any) -> None:
+        self.events.append(
+            {
+                "correlationId": event.correlation_id,
+                "recordingId": event.recording_id,
+                "subscriptionId": event.subscription_id,
+                "position": event.position,
+                "signal": event.signal.name,
+            }
+        )
+
+    def poll(self) -> None:
+        from aeron_archive_spark.archive.exceptions import ArchiveError
+
+        while True:
+            try:
+                if self.archive.poll_for_recording_signals() == 0:
+                    return
+            except ArchiveError as ex:
+                self.errors.append({"correlationId": ex.correlation_id, "message": ex.message})
+
+    def _until(self, condition: Any, timeout_s: float) -> bool:
+        """Poll signals until `condition()` holds (True) or `timeout_s` passed (False)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.poll()
+            if condition():
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+
+    # -- commands ---------------------------------------------------------------------------------------------
+    def replicate(
+        self, src_recording_id: int, src_control_channel: str, src_control_stream_id: int, **params: Any
+    ) -> int:
+        from aeron_archive_spark.archive.client import ReplicationParams
+
+        replication_id: int = self.archive.replicate(
+            src_recording_id, src_control_stream_id, src_control_channel, ReplicationParams(**params)
+        )
+        return replication_id
+
+    def tagged_replicate(self, **args: Any) -> int:
+        replication_id: int = self.archive.tagged_replicate(**args)
+        return replication_id
+
+    def stop_replication(self, replication_id: int) -> None:
+        self.archive.stop_replication(replication_id)
+
+    def signals(self, correlation_id: int, until: str | None = None, timeout_s: float = 30.0) -> dict[str, Any]:
+        """The signals and errors of `correlation_id` (a replication id) so far, or once `until` has come."""
+
+        def of_it() -> list[dict[str, Any]]:
+            return [e for e in self.events if e["correlationId"] == correlation_id]
+
+        arrived = self._until(lambda: until is None or any(e["signal"] == until for e in of_it()), timeout_s)
+        errors = [e["message"] for e in self.errors if e["correlationId"] == correlation_id]
+        return {"signals": of_it(), "errors": errors, "timedOut": not arrived}
+
+    def start_recording(self, channel: str, stream_id: int) -> int:
+        from aeron_archive_spark.archive import SourceLocation
+
+        subscription_id: int = self.archive.start_recording(channel, stream_id, SourceLocation.REMOTE)
+        return subscription_id
+
+    def stop_recording_subscription(self, subscription_id: int) -> bool:
+        stopped: bool = self.archive.try_stop_recording_subscription(subscription_id)
+        return stopped
+
+    def describe(self, recording_id: int) -> dict[str, Any] | None:
+        """The descriptor (Aeron's field names), plus `recordingPosition` (-1 unless being recorded)."""
+        descriptor = self.archive.list_recording(recording_id)
+        if descriptor is None:
+            return None
+        row: dict[str, Any] = descriptor.to_json_dict()
+        row["recordingPosition"] = self.archive.get_recording_position(recording_id)
+        return row
+
+    def recordings(self) -> list[dict[str, Any]]:
+        return [d.to_json_dict() for d in self.archive.list_recordings(0, 1 << 30)]
+
+    def await_recording(self, stream_id: int, timeout_s: float = 30.0) -> dict[str, Any] | None:
+        """The newest recording of `stream_id`, once there is one."""
+        found: list[dict[str, Any]] = []
+
+        def begun() -> bool:
+            found[:] = [r for r in self.recordings() if r["streamId"] == stream_id]
+            return bool(found)
+
+        return found[-1] if self._until(begun, timeout_s) else None
+
+    def await_position(self, recording_id: int, position: int, timeout_s: float = 30.0) -> dict[str, Any] | None:
+        """The descriptor once the recording holds `position` (-1: once it has stopped), None after `timeout_s`."""
+        described: list[dict[str, Any] | None] = [None]
+
+        def reached() -> bool:
+            row = described[0] = self.describe(recording_id)
+            if row is None:
+                return False
+            if position == -1:
+                return bool(row["stopPosition"] != -1)
+            return bool(max(row["stopPosition"], row["recordingPosition"]) >= position)
+
+        return described[0] if self._until(reached, timeout_s) else None
+
+    def segments(self, recording_id: int, start: int, stop: int) -> dict[str, Any]:
+        """The recording's segment files in the archive directory, by base position: each file's length and
+        SHA-256, and the SHA-256 of the bytes it holds of [start, stop) (what two copies must share)."""
+        import hashlib
+
+        if self.archive_dir is None:
+            raise ValueError("the session was started without --archive-dir")
+        prefix = f"{recording_id}-"
+        files: dict[str, Any] = {}
+        for name in sorted(os.listdir(self.archive_dir)):
+            if not (name.startswith(prefix) and name.endswith(".rec")):
+                continue
+            base = int(name[len(prefix) : -len(".rec")])
+            data = Path(self.archive_dir, name).read_bytes()
+            lo, hi = max(start - base, 0), max(min(stop - base, len(data)), 0)
+            files[str(base)] = {
+                "length": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "range": [base + lo, base + max(lo, hi)],
+                "rangeSha256": hashlib.sha256(data[lo:hi]).hexdigest(),
+            }
+        return files
+
+    def run(self, lines: Any, out: Any) -> None:
+        for line in lines:
+            if not line.strip():
+                continue
+            request = json.loads(line)
+            command = request.pop("command")
+            try:
+                reply = {"result": getattr(self, command)(**request)}
+            except Exception as ex:
+                log.exception("session command %s failed", command)
+                reply = {"error": f"{type(ex).__name__}: {ex}"}
+            out.write(json.dumps(reply) + "\n")
+            out.flush()
+
+
+def _cmd_session(args: argparse.Namespace) -> int:
+    with _archive(args) as archive:
+        print(json.dumps({"result": {"archiveId": archive.archive_id()}}), flush=True)
+        ArchiveSession(archive, args.archive_dir).run(sys.stdin, sys.stdout)
+    return 0
+
+
 def _add_archive_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--aeron-dir", help="media driver to use (default: embed one for this call)")
     parser.add_argument("--control-channel", default="aeron:ipc", help="the archive's control request channel")
@@ -240,6 +412,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     publish.add_argument("--schema", type=Path, default=SCHEMA)
     publish.add_argument("--exit-when-done", action="store_true", help="exit after --count messages")
     publish.add_argument("--linger-s", type=float, default=2.0, help="with --exit-when-done: wait before closing")
+    publish.add_argument(
+        "--drain-s", type=float, default=0.0, help="keep the media driver this long after closing (end of stream)"
+    )
     publish.set_defaults(func=_cmd_publish)
 
     record = sub.add_parser("start-recording", help="record a channel REMOTE on the archive")
@@ -251,6 +426,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     recordings = sub.add_parser("recordings", help="the archive's recordings and recorded positions as JSON")
     _add_archive_arguments(recordings)
     recordings.set_defaults(func=_cmd_recordings)
+
+    session = sub.add_parser("session", help="drive a client of the archive with JSON lines on stdin")
+    _add_archive_arguments(session)
+    session.add_argument("--archive-dir", help="the archive's directory on this host (for `segments`)")
+    session.set_defaults(func=_cmd_session)
     return parser.parse_args(argv)
 
 

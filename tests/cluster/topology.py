@@ -45,6 +45,7 @@ import importlib.util
 import json
 import logging
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -144,6 +145,47 @@ class Service:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Service:
         return cls(data["name"], data["host"], tuple(data["argv"]), dict(data["env"]))
+
+
+class ArchiveSession:
+    """The test's end of publisher.py `session` on a host: `call(command, **args)` sends one JSON request and
+    returns the result (AssertionError with the process's error, or if it gives no answer in `answer_within_s`)."""
+
+    def __init__(self, process: subprocess.Popen[Any], host: str) -> None:
+        self.process = process
+        self.host = host
+        self.ready = self._answer("connect", READY_TIMEOUT_S)
+
+    def _answer(self, what: str, timeout_s: float) -> Any:
+        stdout = self.process.stdout
+        assert stdout is not None
+        readable, _, _ = select.select([stdout], [], [], timeout_s)
+        line = stdout.readline() if readable else ""
+        if not line:
+            raise AssertionError(f"the archive session on {self.host} gave no answer to {what} in {timeout_s:.0f}s")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise AssertionError(f"{what} on {self.host}: {reply['error']}")
+        return reply["result"]
+
+    def call(self, command: str, answer_within_s: float = 60.0, **args: Any) -> Any:
+        stdin = self.process.stdin
+        assert stdin is not None
+        stdin.write(json.dumps({"command": command, **args}) + "\n")
+        stdin.flush()
+        return self._answer(command, answer_within_s)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            if self.process.stdin is not None:
+                self.process.stdin.close()  # end of input: the session closes its client and exits
+        try:
+            self.process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
 
 
 # -- processes ----------------------------------------------------------------------------------------------------
@@ -542,8 +584,8 @@ class Topology:
         def ready() -> bool:
             if self.service_pid(name) is None:
                 raise TopologyError(f"service {name} exited; see {self.log_path(name)}:\n{self.log_tail(name)}")
-            if name == "archive":
-                return self._archive_ready(log_offset)
+            if self._is_archive(name):
+                return self._archive_ready(name, log_offset)
             if name == "publisher":
                 status = self.publisher_status()
                 return bool(status and status.get("connected") and status.get("published", 0) > 0)
@@ -560,13 +602,50 @@ class Topology:
         except OSError:
             return ""
 
-    def _archive_ready(self, log_offset: int) -> bool:
-        """The archive prints one JSON line when ready: remember it (its aeronDir above all)."""
-        for line in self._log_since("archive", log_offset).splitlines():
+    def _is_archive(self, name: str) -> bool:
+        """The topology's archive, or one started by `start_archive`."""
+        return name == "archive" or name in self._load_state().get("archives", {})
+
+    def _archive_ready(self, name: str, log_offset: int) -> bool:
+        """An archive prints one JSON line when ready: remember it (its aeronDir above all)."""
+        for line in self._log_since(name, log_offset).splitlines():
             if line.startswith("{") and '"aeronDir"' in line:
-                self._update_state(archive=json.loads(line))
+                if name == "archive":
+                    self._update_state(archive=json.loads(line))
+                else:
+                    archives = self._load_state().get("archives", {})
+                    self._update_state(archives={**archives, name: json.loads(line)})
                 return True
         return False
+
+    def start_archive(
+        self, name: str, host: str, *, archive_dir: str, control_port: int, args: Sequence[str] = ()
+    ) -> dict[str, Any]:
+        """Start another archive on `host` as the service `name` (not one of `up`'s: `heal()` leaves it alone;
+        `kill_service(name)` ends it): `aeron-archive serve --dir archive_dir` with its embedded media driver and
+        a UDP control channel on the host's address, plus `args`. Waits until ready; returns its ready line
+        (aeronDir, controlChannel, ...), also `archive_info(name)` later."""
+        argv = [self.python, "-m", "aeron_archive_spark.archive.cli.main", "serve", "--dir", archive_dir]
+        argv += ["--control-channel", f"aeron:udp?endpoint={self.ip(host)}:{control_port}", *args]
+        archives = self._load_state().get("archives", {})
+        self._update_state(archives={**archives, name: None})  # an archive: readiness is its JSON line
+        self.start_service(name, Service(name, host, tuple(argv)))
+        return self.archive_info(name)
+
+    def archive_info(self, name: str) -> dict[str, Any]:
+        """The ready line of an archive `start_archive` started."""
+        ready: dict[str, Any] | None = self._load_state().get("archives", {}).get(name)
+        if not ready:
+            raise TopologyError(f"archive {name} has not reported ready")
+        return ready
+
+    def archive_session(self, host: str, aeron_dir: str, archive_dir: str | None = None) -> ArchiveSession:
+        """A client of the archive whose media driver is `aeron_dir` on `host`, in a process there that takes
+        commands (publisher.py `session`); close it when done."""
+        argv = [self.python, str(PUBLISHER_SCRIPT), "session", "--aeron-dir", aeron_dir]
+        if archive_dir is not None:
+            argv += ["--archive-dir", archive_dir]
+        return ArchiveSession(self.spawn(host, argv, stdin=subprocess.PIPE), host)
 
     def kill_service(self, name: str, sig: int = signal.SIGKILL, *, group: bool = True, timeout: float = 30.0) -> None:
         """Send `sig` to the service (with `group`, to its whole process group: executors die with a worker, as
