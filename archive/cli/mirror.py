@@ -35,7 +35,8 @@ def add_subparser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     mirror.add_argument(
         "--response-channel",
         default=c.CONTROL_RESPONSE_CHANNEL_DEFAULT,
-        help="where both archives answer this tool (default: a UDP port of its own on localhost)",
+        help="where both archives answer this tool (default: a UDP port of its own on localhost; toward an archive "
+        "on another host, on this host's address there)",
     )
     mirror.add_argument("--aeron-dir", help="media driver directory (default: $AERON_DIR or Aeron's default)")
     mirror.add_argument("--channel", default="", help="only recordings whose channel contains this")
@@ -55,6 +56,7 @@ def add_subparser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def run(args: argparse.Namespace) -> int:
     from aeron_archive_spark.archive.client.aeron_archive import AeronArchive, RecordingSignalEvent
+    from aeron_archive_spark.archive.client.host import localize_channel
     from aeron_archive_spark.archive.client.mirror import Mirror, MirrorSource
 
     if args.max_concurrent < 1:
@@ -69,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
                 aeron_dir=args.aeron_dir,
                 control_request_channel=channel,
                 control_request_stream_id=stream_id,
-                control_response_channel=args.response_channel,
+                # localhost (the default's) toward an archive on another host becomes this host's address there
+                control_response_channel=localize_channel(args.response_channel, channel),
                 client_name="aeron-archive-mirror",
                 credentials=secret,
                 recording_signal_consumer=consumer,
