@@ -502,7 +502,7 @@ class RemoteRecordingSource(RecordingSource):
         with lease:  # a failed request closes the session instead of returning it
             yield archive
 
-    def _ask(self, what: str, request: Callable[[AeronArchive], T]) -> T:
+    def ask(self, what: str, request: Callable[[AeronArchive], T]) -> T:
         """`request` on a pooled planner session; errors name the archive.
 
         A session that stops answering (the archive was restarted: the new instance does not know the session,
@@ -531,7 +531,7 @@ class RemoteRecordingSource(RecordingSource):
             assert selection.channel is not None and selection.stream_id is not None
             return archive.list_recordings_for_uri(max(from_id, 0), 2**31 - 1, selection.channel, selection.stream_id)
 
-        return {d.recording_id: d for d in self._ask("listing recordings", listing)}
+        return {d.recording_id: d for d in self.ask("listing recordings", listing)}
 
     def find_recordings(self, ids: Iterable[int]) -> dict[int, RecordingDescriptor]:
         wanted = list(ids)
@@ -542,7 +542,7 @@ class RemoteRecordingSource(RecordingSource):
 
         if not wanted:
             return {}
-        return {d.recording_id: d for d in self._ask("listing recordings", listing)}
+        return {d.recording_id: d for d in self.ask("listing recordings", listing)}
 
     def recorded_end(self, descriptor: RecordingDescriptor) -> int:
         if not descriptor.is_active:
@@ -560,7 +560,7 @@ class RemoteRecordingSource(RecordingSource):
                 return int(recorded)
             return int(archive.get_stop_position(descriptor.recording_id))
 
-        return self._ask(f"the recorded position of recording {descriptor.recording_id}", position)
+        return self.ask(f"the recorded position of recording {descriptor.recording_id}", position)
 
     def chunk_source(self) -> ChunkSource:
         if self._chunk_source is None:

@@ -172,7 +172,7 @@ class ReplicatedRecordingSource(RecordingSource):
                 return archive.list_recordings(0, 2**31 - 1)
 
             try:
-                listed = self._members[index]._ask("listing copies", listing)
+                listed = self._members[index].ask("listing copies", listing)
             except UNREACHABLE as ex:
                 self._failed(index, "listing copies", ex)
                 continue
