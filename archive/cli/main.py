@@ -65,6 +65,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         retention=kept.default,
         retention_overrides=kept.overrides,
         retention_check_interval_ms=kept.check_interval_ms,
+        time_index_interval_ns=_time_index_interval_ns(args.time_index_interval),
     )
     if kept.is_set:
         log.info(
@@ -99,6 +100,17 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     finally:
         archive.close()
     return 0
+
+
+def _time_index_interval_ns(text: str) -> int:
+    from aeron_archive_spark.archive.tables.option_table import parse_duration_ms
+
+    if text.strip().lower() in ("0", "off"):
+        return 0
+    interval_ms = parse_duration_ms("--time-index-interval", text)
+    if interval_ms <= 0:
+        raise ValueError(f"option --time-index-interval: must be > 0 or 'off', got {text!r}")
+    return interval_ms * 1_000_000
 
 
 def _open_catalog(archive_dir: str) -> Catalog:
@@ -219,6 +231,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--replication-response-channel",
         help="where source archives answer this archive's replications (default: IPC for an IPC source, else a "
         "port of its own at the control channel's host)",
+    )
+    serve.add_argument(
+        "--time-index-interval",
+        metavar="DURATION",
+        default="10ms",
+        help="the time index's bound: while data arrives the recorder notes (time, position) at most this often, "
+        "so every message's recorded time is known to within it ('off' to keep none; default 10ms)",
     )
     from aeron_archive_spark.archive.cli import credentials
 

@@ -78,6 +78,7 @@ from aeron_archive_spark.archive.storage.checksums import Checksum, checksum_for
 from aeron_archive_spark.archive.storage.frames import FRAME_ALIGNMENT, to_int32
 from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
 from aeron_archive_spark.archive.storage.recording_writer import RecordingWriter
+from aeron_archive_spark.archive.storage.time_index import TimeIndexWriter
 
 if TYPE_CHECKING:
     from aeron_archive_spark.archive.descriptor import RecordingDescriptor
@@ -683,6 +684,12 @@ class ArchiveConductor(Agent):
             self.catalog.recording_stopped(recording_id, d.stop_position, d.stop_timestamp)  # as it was
             raise
 
+    def _time_index_writer(self, recording_id: int) -> TimeIndexWriter | None:
+        interval = self.ctx.time_index_interval_ns
+        if interval <= 0:
+            return None
+        return TimeIndexWriter(self.ctx.archive_dir, recording_id, interval, clock=self.ctx.epoch_clock_ns)
+
     def _launch_recording(
         self,
         entry: RecordingSubscription,
@@ -706,6 +713,7 @@ class ArchiveConductor(Agent):
                 file_sync_level=self.ctx.file_sync_level,
                 catalog_file_sync_level=self.ctx.catalog_file_sync_level,
                 checksum=self._record_checksum,
+                time_index=self._time_index_writer(recording_id),
             )
         except BaseException:
             counter.close()

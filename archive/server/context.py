@@ -16,6 +16,7 @@ from aeron_archive_spark.archive.server.authorisation import (
     ReadOnlyAuthorisationService,
 )
 from aeron_archive_spark.archive.server.retention import RetentionLimits, RetentionOverride
+from aeron_archive_spark.archive.storage.time_index import INTERVAL_DEFAULT_NS as TIME_INDEX_INTERVAL_DEFAULT_NS
 
 
 def _is_power_of_two(value: int) -> bool:
@@ -73,6 +74,9 @@ class ArchiveContext:
     retention: RetentionLimits = field(default_factory=RetentionLimits)
     retention_overrides: tuple[RetentionOverride, ...] = ()
     retention_check_interval_ms: int = 10_000
+    # The time index (beyond Java; `storage.time_index`): the recorder samples (wall-clock time, position) at most
+    # this often while data arrives, so every byte's recorded time is known to within it; 0 turns it off.
+    time_index_interval_ns: int = TIME_INDEX_INTERVAL_DEFAULT_NS
     # Who may connect and what they may do (Aeron's authenticator and authorisation service suppliers); the
     # defaults accept everyone and allow everything. `require_credentials` sets both for the two-secret scheme.
     authenticator: Authenticator = field(default_factory=Authenticator)
@@ -83,6 +87,7 @@ class ArchiveContext:
     # once per duty cycle and hand that time to their sessions; nothing in the server calls `time.*` for a deadline.
     nano_clock: Callable[[], int] = field(default=time.monotonic_ns)  # monotonic ns: deadlines, timeouts, I/O time
     epoch_clock: Callable[[], int] = field(default=epoch_time_ms)  # wall-clock ms: catalog timestamps, auth
+    epoch_clock_ns: Callable[[], int] = field(default=time.time_ns)  # wall-clock ns: the time index's samples
 
     def require_credentials(
         self, read_write_secret: bytes | str, read_only_secret: bytes | str | None = None
@@ -125,6 +130,10 @@ class ArchiveContext:
             ChannelUri.parse(self.recording_events_channel)
         if self.max_concurrent_recordings < 1 or self.max_concurrent_replays < 1:
             raise ValueError("max_concurrent_recordings and max_concurrent_replays must be >= 1")
+        if self.time_index_interval_ns < 0:
+            raise ValueError(
+                f"time_index_interval_ns must be >= 0 (0 turns the time index off): {self.time_index_interval_ns}"
+            )
         if self.catalog_capacity < 32:
             raise ValueError(f"catalog_capacity must be >= 32: {self.catalog_capacity}")
         for name in ("record_checksum", "replay_checksum"):

@@ -21,6 +21,7 @@ from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
 from aeron_archive_spark.archive.storage.checksums import Checksum, apply_record_checksums
 from aeron_archive_spark.archive.storage.frames import HDR_TYPE_PAD, HEADER_LENGTH, buffer_length, frame_type_at
 from aeron_archive_spark.archive.storage.segments import fsync_directory, segment_file_base_position, segment_file_name
+from aeron_archive_spark.archive.storage.time_index import TimeIndexWriter
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +44,11 @@ class RecordingWriter:
         catalog_file_sync_level: int = 0,
         checksum: Checksum | None = None,
         clock_ns: Callable[[], int] = time.perf_counter_ns,
+        time_index: TimeIndexWriter | None = None,
     ) -> None:
         """`start_position` is the recording's ORIGINAL start: segment bases are aligned to its term base, which
-        is what lets an extend (join at the old stop position) reopen the right file at the right offset."""
+        is what lets an extend (join at the old stop position) reopen the right file at the right offset.
+        `time_index`, when given, samples when each block was written into the segments' `.tix` files."""
         if segment_length % term_length != 0:
             raise ValueError(f"segment length {segment_length} is not a multiple of term length {term_length}")
         if join_position < start_position or join_position & 31:
@@ -62,6 +65,7 @@ class RecordingWriter:
         self._fd = -1
         self._path = ""
         self._checksum_buffer = bytearray()
+        self._time_index = time_index
         self._closed = False
         self.total_write_bytes = 0
         self.total_write_time_ns = 0
@@ -95,6 +99,8 @@ class RecordingWriter:
     def init(self) -> None:
         """Open (or create) the segment file for the join position; the next write lands at the join position."""
         self._open_segment(create_only=False)
+        if self._time_index is not None:
+            self._time_index.open(self._segment_base, self.position)
 
     def on_block(self, block: Any, length: int | None = None) -> None:
         """Write `block[:length]` at the current position and advance by `length`.
@@ -130,6 +136,8 @@ class RecordingWriter:
         else:
             data = view[:length]
 
+        if self._time_index is not None:
+            self._time_index.on_block(self.position)
         start_ns = self._clock_ns()
         try:
             self._write_fully(data, self._segment_offset)
@@ -155,6 +163,8 @@ class RecordingWriter:
             fd, self._fd = self._fd, -1
             if fd >= 0:
                 os.close(fd)
+            if self._time_index is not None:
+                self._time_index.close()
 
     def __enter__(self) -> RecordingWriter:
         return self
@@ -179,6 +189,8 @@ class RecordingWriter:
         self._segment_base += self._segment_length
         self._segment_offset = 0
         self._open_segment(create_only=True)
+        if self._time_index is not None:
+            self._time_index.roll(self._segment_base)
 
     def _open_segment(self, create_only: bool) -> None:
         path = os.path.join(self._archive_dir, segment_file_name(self._recording_id, self._segment_base))

@@ -19,6 +19,7 @@ from typing import Protocol
 
 from aeron_archive_spark.archive.constants import DELETE_SUFFIX, NULL_POSITION, RECORDING_SEGMENT_SUFFIX
 from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
+from aeron_archive_spark.archive.storage import time_index
 from aeron_archive_spark.archive.storage.frames import (
     FRAME_ALIGNMENT,
     HEADER_LENGTH,
@@ -151,6 +152,7 @@ def delete_segment_file(archive_dir: str | os.PathLike[str], name: str) -> bool:
     """
     directory = os.fspath(archive_dir)
     path = os.path.join(directory, name)
+    time_index.remove_companion(directory, name)
     try:
         os.remove(path)
         return True
@@ -253,6 +255,7 @@ def truncate_segment_files(
             path = os.path.join(directory, segment_file_name(recording_id, segment_base))
             _check_data_header(path, descriptor, position, segment_offset)
             erase_segment_tail(path, segment_offset, segment_length)
+            time_index.cut_time_index(directory, recording_id, segment_base, position)
             log.info("recording %d: segment %s cut at offset %d", recording_id, path, segment_offset)
     else:
         files.append(segment_file_name(recording_id, segment_base))
@@ -417,5 +420,6 @@ def move_segment_files(archive_dir: str | os.PathLike[str], moves: tuple[tuple[s
             os.rename(src_path, dst_path)
         except OSError as ex:
             raise ArchiveError(f"failed to rename {src_path} to {dst_path}") from ex
+        time_index.move_companion(directory, src_name, dst_name)
         log.debug("segment %s moved to %s (%d of %d)", src_name, dst_name, count + 1, len(moves))
     return len(moves)
