@@ -37,6 +37,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from aeron_archive_spark.archive.cli import credentials, retention
     from aeron_archive_spark.archive.server.archive import Archive
     from aeron_archive_spark.archive.server.context import ArchiveContext
+    from aeron_archive_spark.archive.server.metrics import MetricsAddressError
 
     read_write_secret, read_only_secret = credentials.secrets_from_args(args)
     kept = retention.from_args(args)
@@ -66,6 +67,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         retention_overrides=kept.overrides,
         retention_check_interval_ms=kept.check_interval_ms,
         time_index_interval_ns=_time_index_interval_ns(args.time_index_interval),
+        metrics_address=args.metrics_address,
     )
     if kept.is_set:
         log.info(
@@ -81,7 +83,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    archive = Archive.launch(ctx)
+    try:
+        archive = Archive.launch(ctx)
+    except MetricsAddressError as ex:  # named as the option it came from
+        raise ValueError(f"option --metrics-address {ex.address}: {ex.reason}") from None
     try:
         ready = {
             "aeronDir": archive.aeron_dir,
@@ -93,6 +98,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             "archiveId": archive.archive_id,
             "credentialsRequired": credentials_required,
         }
+        if archive.metrics is not None:
+            ready["metricsUrl"] = archive.metrics.url
         print(json.dumps(ready), flush=True)
         while not stop.wait(0.2):
             pass
@@ -100,6 +107,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     finally:
         archive.close()
     return 0
+
+
+def _metrics_address(text: str) -> str:
+    from aeron_archive_spark.archive.server.metrics import MetricsAddressError, parse_address
+
+    try:
+        parse_address(text)
+    except MetricsAddressError as ex:
+        raise argparse.ArgumentTypeError(f"{ex.reason}: {text!r}") from None
+    return text
 
 
 def _time_index_interval_ns(text: str) -> int:
@@ -238,6 +255,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="10ms",
         help="the time index's bound: while data arrives the recorder notes (time, position) at most this often, "
         "so every message's recorded time is known to within it ('off' to keep none; default 10ms)",
+    )
+    serve.add_argument(
+        "--metrics-address",
+        metavar="HOST:PORT",
+        type=_metrics_address,
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 0.0.0.0:9464; default: none)",
     )
     from aeron_archive_spark.archive.cli import credentials
 

@@ -5,13 +5,16 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aeron_archive_spark.archive.native import AeronClient, EmbeddedMediaDriver
 from aeron_archive_spark.archive.server.conductor import ArchiveConductor
 from aeron_archive_spark.archive.server.context import ArchiveContext
 from aeron_archive_spark.archive.storage.catalog import Catalog
 from aeron_archive_spark.archive.storage.checksums import checksum_for_name
+
+if TYPE_CHECKING:
+    from aeron_archive_spark.archive.server.metrics import MetricsServer
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +45,7 @@ class Archive:
         self.aeron: AeronClient | None = None
         self.catalog: Catalog | None = None
         self.conductor: ArchiveConductor | None = None
+        self.metrics: MetricsServer | None = None
         self._closed = False
 
     @classmethod
@@ -77,6 +81,18 @@ class Archive:
         archive_id = ctx.archive_id if ctx.archive_id is not None else self.aeron.client_id
         self.conductor = ArchiveConductor(ctx, self.aeron, self.catalog, archive_id)
         self.conductor.start()
+        if ctx.metrics_address is not None:
+            from aeron_archive_spark.archive.server.metrics import ArchiveCollector, MetricsServer  # only if asked
+
+            collector = ArchiveCollector(
+                archive_id,
+                self.aeron.counters_reader,
+                self.catalog,
+                ctx.archive_dir,
+                ctx.low_storage_space_threshold,
+                retention=self.conductor.retention,
+            )
+            self.metrics = MetricsServer.start(ctx.metrics_address, collector)
         log.info(
             "archive %d started: dir=%s aeron=%s control=%s/%d local=%s/%d",
             archive_id,
@@ -102,6 +118,8 @@ class Archive:
         if self._closed:
             return
         self._closed = True
+        if self.metrics is not None:
+            self.metrics.close()  # first: no scrape reads the counters or the catalog once they close
         if self.conductor is not None:
             self.conductor.close()
         if self.catalog is not None:

@@ -81,6 +81,8 @@ class ArchiveContext:
     # defaults accept everyone and allow everything. `require_credentials` sets both for the two-secret scheme.
     authenticator: Authenticator = field(default_factory=Authenticator)
     authorisation_service: AuthorisationService = ALLOW_ALL
+    # `HOST:PORT` of a Prometheus endpoint (`server.metrics`; port 0: any free one); None, the default, serves none.
+    metrics_address: str | None = None
     client_name: str = "aeron-archive-py"
     delete_archive_on_start: bool = False
     # Clocks (Aeron's `nanoClock` / `epochClock`), injectable so tests can step time: the agents read `nano_clock`
@@ -136,6 +138,10 @@ class ArchiveContext:
             )
         if self.catalog_capacity < 32:
             raise ValueError(f"catalog_capacity must be >= 32: {self.catalog_capacity}")
+        if self.metrics_address is not None:
+            from aeron_archive_spark.archive.server.metrics import parse_address
+
+            parse_address(self.metrics_address)  # raises ValueError naming metrics_address
         for name in ("record_checksum", "replay_checksum"):
             value = getattr(self, name)
             if value:
