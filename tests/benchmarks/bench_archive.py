@@ -7,6 +7,10 @@ Peak RSS is sampled while recording and replaying a multi-GiB recording to show 
 
 Run: `bash ci/bench.sh archive [--total-mib N] [--big-gib G]`.
 
+`--metrics compare [--rounds R] [--scrape-interval S]` measures what serving Prometheus metrics costs: the same runs
+with no metrics and with `metrics_address` set and a separate process scraping `/metrics` every S seconds (0.1:
+150 times Prometheus' default 15 s), alternated, printing medians and the on/off ratio.
+
 `--driver-on compare [--rounds R]` instead measures where the media driver keeps its log buffers: the same runs
 with the driver directory on the temporary directory (a disk here) and on /dev/shm (a memory filesystem, the
 default of `aeron-archive serve` where it has room), alternated, printing medians and the shm/tmp ratio.
@@ -18,6 +22,8 @@ import argparse
 import os
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -160,12 +166,18 @@ def raw_file_baseline(directory: str, total_bytes: int, passes: int = 2) -> tupl
 
 
 def run_size(driver_dir: str, work_dir: str, message_length: int, total_bytes: int,
-             baseline: tuple[float, float]) -> tuple[Result, Result, int, int]:
+             baseline: tuple[float, float], scrape_interval: float | None = None) -> tuple[Result, Result, int, int]:
+    """One recording and one replay of it; with `scrape_interval`, the archive serves metrics and another process
+    scrapes them that often throughout."""
     archive_dir = os.path.join(work_dir, f"archive-{message_length}")
     ctx = ArchiveContext(archive_dir=archive_dir, aeron_dir=driver_dir, control_channel=None,
                          segment_file_length=128 * 1024 * 1024, low_storage_space_threshold=0,
-                         local_control_stream_id=10 + message_length)
+                         local_control_stream_id=10 + message_length,
+                         metrics_address="127.0.0.1:0" if scrape_interval is not None else None)
     archive = Archive.launch(ctx)
+    scraper = None
+    if archive.metrics is not None:
+        scraper = subprocess.Popen([sys.executable, "-c", SCRAPER, archive.metrics.url, str(scrape_interval)])
     signals = []
     client = AeronArchive.connect(aeron_dir=driver_dir, control_request_channel="aeron:ipc",
                                   control_request_stream_id=ctx.local_control_stream_id,
@@ -220,9 +232,59 @@ def run_size(driver_dir: str, work_dir: str, message_length: int, total_bytes: i
                           messages * replay_bytes / end_position / replay_s, baseline[1])
         return recorded, replayed, rss_record.peak, rss_replay.peak
     finally:
+        if scraper is not None:
+            scraper.terminate()
+            scraper.wait()
         client.close()
         archive.close()
         shutil.rmtree(archive_dir, ignore_errors=True)
+
+
+def print_medians(figures: dict[tuple[str, str, int], list[float]], sizes: list[int], first: str, second: str) -> None:
+    """Each size's record and replay medians of two alternated set-ups, and their ratio second/first."""
+    for what in ("record", "replay"):
+        for size in sizes:
+            a = statistics.median(figures[(first, what, size)])
+            b = statistics.median(figures[(second, what, size)])
+            print(f"{what} {size:>5} B messages   {first} {a:9.1f} MB/s   {second} {b:9.1f} MB/s   "
+                  f"{second}/{first} {b / a:5.2f}")
+
+
+# A Prometheus stand-in: scrape, parse (so a scrape that fails, or yields nothing, stops the run), sleep.
+SCRAPER = """
+import sys, time, urllib.request
+from prometheus_client.parser import text_string_to_metric_families
+url, interval = sys.argv[1], float(sys.argv[2])
+while True:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        assert any(f.name == "aeron_archive_recorder_write_bytes" for f in text_string_to_metric_families(
+            response.read().decode()))
+    time.sleep(interval)
+"""
+
+
+def compare_metrics(args: argparse.Namespace) -> None:
+    """Record and replay with metrics off and on (scraped every `--scrape-interval`), alternated; medians."""
+    total = args.total_mib * 1024 * 1024
+    sizes = [int(s) for s in args.sizes.split(",")]
+    figures: dict[tuple[str, str, int], list[float]] = {}
+    work = tempfile.mkdtemp(prefix="aeron-archive-bench-", dir=args.dir)
+    driver = EmbeddedMediaDriver(os.path.join(work, "driver"))
+    try:
+        baseline = raw_file_baseline(work, total)
+        modes: list[tuple[str, float | None]] = [("off", None), ("on", args.scrape_interval)]
+        for round_no in range(args.rounds):
+            for mode, interval in (modes if round_no % 2 == 0 else reversed(modes)):
+                for size in sizes:
+                    recorded, replayed, _, _ = run_size(driver.aeron_dir, work, size, total, baseline, interval)
+                    figures.setdefault((mode, "record", size), []).append(recorded.mb_s)
+                    figures.setdefault((mode, "replay", size), []).append(replayed.mb_s)
+        print(f"metrics off vs on (scraped every {args.scrape_interval} s): {args.total_mib} MiB per run, "
+              f"{args.rounds} alternated rounds, medians")
+        print_medians(figures, sizes, "off", "on")
+    finally:
+        driver.close()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def main() -> None:
@@ -233,8 +295,14 @@ def main() -> None:
     parser.add_argument("--dir", default=None, help="work directory (default: a temp dir)")
     parser.add_argument("--driver-on", choices=["work", "compare"], default="work",
                         help="driver directory in the work directory, or compare the temp dir with /dev/shm")
-    parser.add_argument("--rounds", type=int, default=3, help="alternated rounds for --driver-on compare")
+    parser.add_argument("--rounds", type=int, default=3, help="alternated rounds for --driver-on / --metrics compare")
+    parser.add_argument("--metrics", choices=["off", "compare"], default="off",
+                        help="compare runs without metrics and with metrics scraped every --scrape-interval")
+    parser.add_argument("--scrape-interval", type=float, default=0.1, help="seconds between scrapes (--metrics)")
     args = parser.parse_args()
+    if args.metrics == "compare":
+        compare_metrics(args)
+        return
     if args.driver_on == "compare":
         compare_driver_places(args)
         return
@@ -286,12 +354,7 @@ def compare_driver_places(args: argparse.Namespace) -> None:
                     driver.close()
         print(f"driver log buffers on {places['tmp']} vs /dev/shm: {args.total_mib} MiB per run, "
               f"{args.rounds} alternated rounds, medians")
-        for what in ("record", "replay"):
-            for size in sizes:
-                tmp = statistics.median(figures[("tmp", what, size)])
-                shm = statistics.median(figures[("shm", what, size)])
-                print(f"{what} {size:>5} B messages   tmp {tmp:9.1f} MB/s   shm {shm:9.1f} MB/s   "
-                      f"shm/tmp {shm / tmp:5.2f}")
+        print_medians(figures, sizes, "tmp", "shm")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
