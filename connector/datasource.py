@@ -60,6 +60,12 @@ class AeronArchiveDataSource(DataSource):
     - `startingPosition`: earliest, latest or `{"<recordingId>": position}`; default earliest (a restarted query
       resumes from its checkpoint)
     - `endingPosition` (batch): latest or `{"<recordingId>": position}`; default latest
+    - `startingTimestamp`, `startingPositionByTimestamp` (`{"<recordingId>": time}`): start at the first message
+      recorded at or after the time (ms since the epoch, or ISO-8601 with a zone), over startingPosition
+    - `startingPositionByTimestampStrategy`: when a recording has no message that late, error or start at its end
+      (latest); default error
+    - `endingTimestamp`, `endingPositionByTimestamp` (batch): end before the first message recorded at or after the
+      time (none: latest), over endingPosition
     - `maxBytesPerTrigger` (streaming): at most this many bytes per micro-batch, shared fairly across recordings and
       cut at message boundaries
     - `minBytesPerTrigger`, `maxTriggerDelay` (streaming): skip triggers until this many new bytes are recorded, or

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from aeron_archive_spark.archive.tables.option_table import (
     Mode,
@@ -99,6 +100,73 @@ def _position_parser(allow_earliest: bool, missing: int) -> Callable[[str, str],
     return parse
 
 
+@dataclass(frozen=True, slots=True)
+class TimestampSpec:
+    """Where reads start or end by time (Kafka's `startingTimestamp` / `startingOffsetsByTimestamp`): one time for
+    every recording, or per-recording times; ms since the epoch, resolved to positions through the time index."""
+
+    every_ms: int | None = None  # startingTimestamp / endingTimestamp
+    per_recording_ms: Mapping[int, int] = field(default_factory=dict)  # ...PositionByTimestamp
+
+    def for_recording(self, recording_id: int) -> int | None:
+        """The time (ms) a recording's read starts/ends at, None when it is not chosen by time."""
+        if self.every_ms is not None:
+            return self.every_ms
+        return self.per_recording_ms.get(recording_id)
+
+
+def _timestamp_ms(name: str, raw: object) -> int:
+    """Milliseconds since the epoch: an integer, or an ISO-8601 time with its zone (`2026-11-28T09:30:00Z`)."""
+    if isinstance(raw, bool):
+        raise OptionError(f"option {name}: {raw!r} is not a time")
+    if isinstance(raw, int):
+        value = raw
+    else:
+        text = str(raw).strip()
+        value = int(text) if text.isdigit() else _iso_ms(name, raw, text)
+    if value < 0:
+        raise OptionError(f"option {name}: a time must be >= 0 ms since the epoch, got {value}")
+    return value
+
+
+def _iso_ms(name: str, raw: object, text: str) -> int:
+    try:
+        when = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+    except ValueError:
+        raise OptionError(
+            f"option {name}: {raw!r} is not a time: give milliseconds since the epoch or an ISO-8601 time with its "
+            "zone, such as 2026-11-28T09:30:00Z"
+        ) from None
+    if when.tzinfo is None:
+        raise OptionError(
+            f"option {name}: {raw!r} has no time zone: add one (Z for UTC, or +01:00), so the instant is the same "
+            "on every host"
+        )
+    return int(when.timestamp() * 1000)
+
+
+def _parse_timestamp(name: str, raw: str) -> TimestampSpec:
+    return TimestampSpec(every_ms=_timestamp_ms(name, raw))
+
+
+def _parse_timestamps_json(name: str, raw: str) -> TimestampSpec:
+    expected = 'JSON such as {"<recordingId>": <ms since the epoch>}'
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise bad_value(name, raw, expected) from None
+    if not isinstance(data, dict) or not data:
+        raise bad_value(name, raw, expected)
+    times: dict[int, int] = {}
+    for key, value in data.items():
+        try:
+            recording_id = int(key)
+        except ValueError:
+            raise OptionError(f"option {name}: key {key!r} is not a recording id in {raw!r}") from None
+        times[recording_id] = _timestamp_ms(f"{name} (recording {key})", value)
+    return TimestampSpec(per_recording_ms=times)
+
+
 SOURCE_OPTIONS = OptionTable(
     (
         # where each recording's read starts and ends
@@ -118,6 +186,46 @@ SOURCE_OPTIONS = OptionTable(
             Mode.BATCH_READ,
             'batch reads: latest (the end at planning time) or {"<recordingId>": position} (others: latest)',
             "latest",
+        ),
+        # ... or by the time the archive recorded the messages (its time index), with Kafka's precedence: a
+        # *Timestamp option wins over *PositionByTimestamp, which wins over *Position
+        OptionSpec(
+            "startingTimestamp",
+            _parse_timestamp,
+            None,
+            Mode.READ,
+            "start each recording at its first message recorded at or after this time (ms since the epoch, or "
+            "ISO-8601 with a zone); over startingPositionByTimestamp and startingPosition",
+        ),
+        OptionSpec(
+            "startingPositionByTimestamp",
+            _parse_timestamps_json,
+            None,
+            Mode.READ,
+            '{"<recordingId>": time}: startingTimestamp per recording (others: startingPosition)',
+        ),
+        OptionSpec(
+            "startingPositionByTimestampStrategy",
+            choice_parser("error", "latest"),
+            "error",
+            Mode.READ,
+            "when a recording has no message at or after the starting time: error, or latest (its end)",
+            "error",
+        ),
+        OptionSpec(
+            "endingTimestamp",
+            _parse_timestamp,
+            None,
+            Mode.BATCH_READ,
+            "batch reads: end each recording before its first message recorded at or after this time (none: "
+            "latest); over endingPositionByTimestamp and endingPosition",
+        ),
+        OptionSpec(
+            "endingPositionByTimestamp",
+            _parse_timestamps_json,
+            None,
+            Mode.BATCH_READ,
+            '{"<recordingId>": time}: endingTimestamp per recording (others: endingPosition)',
         ),
         # admission control: how much a micro-batch reads, and when
         OptionSpec(

@@ -166,6 +166,28 @@ class TimeIndex:
         return int(self.times_ns[0]), int(self.times_ns[-1])
 
 
+def _within(
+    samples: npt.NDArray[np.void], start_position: int | None, stop_position: int | None
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """(times, positions) of samples in position order, cut to `[start, stop)`: a sample at or past the stop dates
+    nothing recorded; of those at or before the start only the one that governs it is kept, moved to the start."""
+    positions = np.ascontiguousarray(samples["position"], dtype=np.int64)
+    times = np.ascontiguousarray(samples["time_ns"], dtype=np.int64)
+    if stop_position is not None and stop_position >= 0:
+        kept = int(np.searchsorted(positions, stop_position, side="left"))
+        positions, times = positions[:kept], times[:kept]
+    if start_position is not None:
+        governing = int(np.searchsorted(positions, start_position, side="right")) - 1
+        if governing > 0:
+            positions, times = positions[governing:], times[governing:]
+        if governing >= 0 and len(positions):
+            positions = positions.copy()
+            positions[0] = start_position
+    if len(times):
+        times = np.maximum.accumulate(times)
+    return times, positions
+
+
 def _index_files(archive_dir: str | os.PathLike[str], recording_id: int) -> list[str]:
     """Paths of the recording's `.tix` files in base position order."""
     directory = os.fspath(archive_dir)
@@ -210,21 +232,72 @@ def read_time_index(
             os.close(fd)
         chunks.append(read_samples(path))
     samples = np.concatenate(chunks) if chunks else np.empty(0, dtype=_SAMPLE_DTYPE)
-    positions = np.ascontiguousarray(samples["position"], dtype=np.int64)
-    times = np.ascontiguousarray(samples["time_ns"], dtype=np.int64)
-    if stop_position is not None and stop_position >= 0:
-        kept = int(np.searchsorted(positions, stop_position, side="left"))
-        positions, times = positions[:kept], times[:kept]
-    if start_position is not None:
-        governing = int(np.searchsorted(positions, start_position, side="right")) - 1
-        if governing > 0:
-            positions, times = positions[governing:], times[governing:]
-        if governing >= 0 and len(positions):
-            positions = positions.copy()
-            positions[0] = start_position
-    if len(times):
-        times = np.maximum.accumulate(times)
+    times, positions = _within(samples, start_position, stop_position)
     return TimeIndex(recording_id, times, positions, interval)
+
+
+def _first_sample(path: str) -> tuple[int, int] | None:
+    """(time ns, position) of a file's first sample, None if it has none (or is not a time index)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(HEADER_LENGTH + SAMPLE_LENGTH)
+    except FileNotFoundError:
+        return None
+    if len(raw) < HEADER_LENGTH + SAMPLE_LENGTH or raw[:8] != MAGIC:
+        return None
+    time_ns, position = SAMPLE.unpack_from(raw, HEADER_LENGTH)
+    return int(time_ns), int(position)
+
+
+@dataclass(frozen=True, slots=True)
+class TimeLookup:
+    """The answer to "where does time t begin in this recording": the first position whose recorded time is >= t
+    (None when every sample is earlier), and where the index begins (None: the recording has no index)."""
+
+    position: int | None
+    first_position: int | None
+    first_time_ns: int | None
+    interval_ns: int
+
+
+def find_position_at_time(
+    archive_dir: str | os.PathLike[str],
+    recording_id: int,
+    time_ns: int,
+    start_position: int | None = None,
+    stop_position: int | None = None,
+) -> TimeLookup:
+    """`position_at_or_after(time_ns)` without reading a long recording's whole index: each file starts its own
+    segment, so files are searched by their first sample's time, then only the file holding the time is read (the
+    answer is in it, or is the next file's first sample)."""
+    paths = _index_files(archive_dir, recording_id)
+    dated = [(first, path) for path in paths if (first := _first_sample(path)) is not None]
+    if len(dated) <= 2:
+        index = read_time_index(archive_dir, recording_id, start_position, stop_position)
+        return TimeLookup(
+            index.position_at_or_after(time_ns),
+            index.first_position,
+            int(index.times_ns[0]) if len(index.times_ns) else None,
+            index.interval_ns,
+        )
+    first_times = np.asarray([first[0] for first, _ in dated], dtype=np.int64)
+    k = max(0, int(np.searchsorted(first_times, time_ns, side="left")) - 1)
+    chosen = [path for _, path in dated[k : k + 2]]
+    times, positions = _within(np.concatenate([read_samples(path) for path in chosen]), start_position, stop_position)
+    at = int(np.searchsorted(times, time_ns, side="left"))
+    position = int(positions[at]) if at < len(positions) else None
+    head_time, head_position = dated[0][0]
+    first_position = head_position if start_position is None else max(head_position, start_position)
+    interval = max(_read_interval(path) for path in chosen)
+    return TimeLookup(position, first_position, head_time, interval)
+
+
+def _read_interval(path: str) -> int:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return _read_header(fd, path)
+    finally:
+        os.close(fd)
 
 
 class TimeIndexWriter:

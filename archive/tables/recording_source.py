@@ -59,6 +59,7 @@ from aeron_archive_spark.archive.storage.frames import (
     scan_frames,
 )
 from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
+from aeron_archive_spark.archive.storage.time_index import TimeIndexError, find_position_at_time
 from aeron_archive_spark.archive.tables.chunks import ChunkSource, DiskChunkSource
 from aeron_archive_spark.archive.tables.option_table import OptionError
 from aeron_archive_spark.archive.tables.options import SourceOptions
@@ -78,10 +79,16 @@ T = TypeVar("T")
 # Boundary scans need only the frames near one position: small chunks keep them cheap.
 _SCAN_CHUNK = 256 * 1024
 _TAIL_CHUNK = 1024 * 1024
+_NS_PER_MS = 1_000_000
 
 
 class RecordingNotFoundError(LookupError):
     """A selected recording does not exist (or no longer exists) at the location."""
+
+
+class TimeIndexMissingError(ValueError):
+    """A time falls where a recording's recorded times are unknown: it has no time index (recorded by Java's
+    archive, with the index off, or before it existed), or the index begins after the time."""
 
 
 class RecordingSource(ABC):
@@ -131,10 +138,47 @@ class RecordingSource(ABC):
         recording (copies on several archives); None when every range reads `location()`."""
         return None
 
+    @abstractmethod
+    def _position_at_time(self, descriptor: RecordingDescriptor, time_ns: int, end: int) -> int | None:
+        """The first position below `end` recorded at or after `time_ns` per the location's time index; None when
+        none is; `TimeIndexMissingError` when the index cannot tell."""
+
     def close(self) -> None:  # noqa: B027 - optional: most sources hold nothing that needs releasing
         """Release what the source holds (connections and clients belong to the pool, not to sources)."""
 
     # -- generic ---------------------------------------------------------------------------------------------
+
+    def position_at_time(self, descriptor: RecordingDescriptor, time_ns: int, end: int) -> int | None:
+        """Where a read by time starts or ends: the first position below `end` whose message the archive recorded
+        at or after `time_ns` (epoch ns), None when no message up to `end` was.
+
+        The catalog answers the ends without an index, so they work for any recording, Java's too: a time at or
+        before the recording's start timestamp is its start position, and one after a stopped recording's stop
+        timestamp has no message. Between them the time index decides.
+        """
+        if time_ns <= descriptor.start_timestamp * _NS_PER_MS:
+            return descriptor.start_position
+        try:
+            position = self._position_at_time(descriptor, time_ns, end)
+        except TimeIndexMissingError:
+            if not descriptor.is_active and time_ns >= (descriptor.stop_timestamp + 1) * _NS_PER_MS:
+                return None
+            raise
+        return position if position is not None and position < end else None
+
+    def _no_time_index(self, descriptor: RecordingDescriptor, first_position: int | None) -> TimeIndexMissingError:
+        rid = descriptor.recording_id
+        if first_position is None:
+            return TimeIndexMissingError(
+                f"recording {rid} has no time index in the {self.describe()}: it was recorded by Java's archive, "
+                "with the time index off (serve --time-index-interval off) or before the index existed; read it by "
+                "position (startingPosition/endingPosition) instead"
+            )
+        return TimeIndexMissingError(
+            f"recording {rid}: its time index begins at position {first_position} (the bytes from its start "
+            f"{descriptor.start_position} were recorded before the index existed), so the time asked for cannot "
+            "be placed; ask for a later time, or read by position"
+        )
 
     def selected(self) -> dict[int, RecordingDescriptor]:
         """The selected recordings by id, ascending; explicitly named ids that do not exist raise."""
@@ -459,6 +503,21 @@ class DiskRecordingSource(RecordingSource):
         self._tail[rid] = position
         return position
 
+    def _position_at_time(self, descriptor: RecordingDescriptor, time_ns: int, end: int) -> int | None:
+        try:
+            found = find_position_at_time(
+                self.archive_dir, descriptor.recording_id, time_ns, descriptor.start_position, end
+            )
+        except TimeIndexError as ex:
+            raise TimeIndexMissingError(f"recording {descriptor.recording_id}: {ex}") from ex
+        if found.first_position is None:
+            raise self._no_time_index(descriptor, None)
+        if found.first_position > descriptor.start_position and (
+            found.first_time_ns is None or time_ns <= found.first_time_ns
+        ):
+            raise self._no_time_index(descriptor, found.first_position)
+        return found.position
+
     def chunk_source(self) -> ChunkSource:
         return self._chunk_source
 
@@ -561,6 +620,12 @@ class RemoteRecordingSource(RecordingSource):
             return int(archive.get_stop_position(descriptor.recording_id))
 
         return self.ask(f"the recorded position of recording {descriptor.recording_id}", position)
+
+    def _position_at_time(self, descriptor: RecordingDescriptor, time_ns: int, end: int) -> int | None:
+        raise TimeIndexMissingError(
+            f"recording {descriptor.recording_id}: reading by time through a running archive is not available yet "
+            "(the archive's time index request is being added); read it with archiveDir, or by position"
+        )
 
     def chunk_source(self) -> ChunkSource:
         if self._chunk_source is None:

@@ -242,6 +242,29 @@ class ReplicatedRecordingSource(RecordingSource):
             )
         return max(ends)
 
+    def _position_at_time(self, descriptor: RecordingDescriptor, time_ns: int, end: int) -> int | None:
+        """The reference's time index decides; while it is down, the first copy that answers (a copy's position is
+        the reference's too: copies are byte-identical from their common start)."""
+        rid = descriptor.recording_id
+        what = f"the position of time {time_ns} ns in recording {rid}"
+        if not self._resting(0):
+            try:
+                position = self._members[0]._position_at_time(descriptor, time_ns, end)
+            except UNREACHABLE as ex:
+                self._failed(0, what, ex)
+            else:
+                self._answered(0)
+                return position
+        for index, copy in self._holders(rid):
+            try:
+                position = self._members[index]._position_at_time(copy, time_ns, end)
+            except UNREACHABLE as ex:
+                self._failed(index, what, ex)
+                continue
+            self._answered(index)
+            return position
+        raise ArchiveError(f"{what}: no archive of the {self.describe()} that holds it answers")
+
     def _copy_ends(self, rid: int, at_least: int | None = None) -> list[tuple[Copy, int]]:
         """Each answering copy of `rid` with how far it holds the recording now (a live copy's recorded position is
         asked only when its listed stop does not settle the question); with `at_least`, only those holding that far."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
@@ -12,6 +13,7 @@ from aeron_archive_spark.archive.descriptor import RecordingDescriptor
 from aeron_archive_spark.archive.tables.ranges import RecordingFacts
 from aeron_archive_spark.archive.tables.recording_source import RecordingSource, stopped_positions
 from aeron_archive_spark.connector.options import EARLIEST, LATEST
+from aeron_archive_spark.connector.source.options import ReadOptions
 from aeron_archive_spark.connector.source.partition import plan_partitions
 from aeron_archive_spark.connector.source.reader import ReaderBase
 
@@ -52,6 +54,52 @@ def resolve_start(
     return wanted
 
 
+def _when(ms: int) -> str:
+    return f"{datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec='milliseconds')} ({ms} ms)"
+
+
+def starting_position(source: RecordingSource, descriptor: RecordingDescriptor, options: ReadOptions, end: int) -> int:
+    """Where a new read of a recording starts: by time (startingTimestamp, startingPositionByTimestamp) where given
+    for it, else by position (startingPosition)."""
+    rid = descriptor.recording_id
+    at_ms = options.starting_time.for_recording(rid) if options.starting_time is not None else None
+    if at_ms is None:
+        return resolve_start(
+            source, descriptor, options.starting.for_recording(rid), end, "startingPosition", options.fail_on_data_loss
+        )
+    position = source.position_at_time(descriptor, at_ms * 1_000_000, end)
+    if position is not None:
+        return position
+    if options.starting_time_strategy == "latest":
+        log.info("recording %d has no message recorded at or after %s: starting at its end %d", rid, _when(at_ms), end)
+        return end
+    raise ValueError(
+        f"recording {rid} has no message recorded at or after {_when(at_ms)} up to position {end} in the "
+        f"{source.describe()}; set startingPositionByTimestampStrategy=latest to start at its end instead"
+    )
+
+
+def ending_position(
+    source: RecordingSource, descriptor: RecordingDescriptor, options: ReadOptions, start: int, available: int
+) -> int:
+    """Where a batch read of a recording ends: before its first message recorded at or after the ending time
+    (endingTimestamp, endingPositionByTimestamp; none: the available end), else at endingPosition."""
+    rid = descriptor.recording_id
+    at_ms = options.ending_time.for_recording(rid) if options.ending_time is not None else None
+    if at_ms is not None:
+        position = source.position_at_time(descriptor, at_ms * 1_000_000, available)
+        return available if position is None else max(position, start)
+    wanted_end = options.ending.for_recording(rid)
+    end = available if wanted_end == LATEST else wanted_end
+    if end > available:
+        raise ValueError(
+            f"endingPosition {end} of recording {rid} is past its current end {available} in the {source.describe()}"
+        )
+    if end < start:
+        raise ValueError(f"endingPosition {end} of recording {rid} is before its starting position {start}")
+    return end
+
+
 class AeronArchiveBatchReader(ReaderBase, DataSourceReader):
     """Plans once on the driver: each selected recording's range, cut into term-aligned pieces, small ones packed."""
 
@@ -64,25 +112,10 @@ class AeronArchiveBatchReader(ReaderBase, DataSourceReader):
         try:
             ranges = []
             selected = source.selected()
-            for rid, descriptor in selected.items():
+            for descriptor in selected.values():
                 available = source.planning_end(descriptor)
-                start = resolve_start(
-                    source,
-                    descriptor,
-                    options.starting.for_recording(rid),
-                    available,
-                    "startingPosition",
-                    options.fail_on_data_loss,
-                )
-                wanted_end = options.ending.for_recording(rid)
-                end = available if wanted_end == LATEST else wanted_end
-                if end > available:
-                    raise ValueError(
-                        f"endingPosition {end} of recording {rid} is past its current end "
-                        f"{available} in the {source.describe()}"
-                    )
-                if end < start:
-                    raise ValueError(f"endingPosition {end} of recording {rid} is before its starting position {start}")
+                start = starting_position(source, descriptor, options, available)
+                end = ending_position(source, descriptor, options, start, available)
                 # The last message begun before `end` is read to completion, up to the available end.
                 ranges.append((RecordingFacts.of(descriptor), start, end, available))
             if not ranges:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from aeron_archive_spark.archive.tables.option_table import Mode, OptionError, parse_options
+from aeron_archive_spark.archive.tables.option_table import Mode, OptionError, ParsedOptions, parse_options
 from aeron_archive_spark.archive.tables.options import RecordingSelection, SourceOptions
 from aeron_archive_spark.archive.tables.ranges import SegmentFiles
 from aeron_archive_spark.connector.options import (
@@ -20,6 +20,7 @@ from aeron_archive_spark.connector.options import (
     OPEN_COST_IN_BYTES_DEFAULT,
     OPTIONS,
     PositionSpec,
+    TimestampSpec,
 )
 
 
@@ -30,6 +31,10 @@ class ReadOptions:
     recordings: SourceOptions  # where, which, how to decode: what the engine's planner and reads take
     starting: PositionSpec
     ending: PositionSpec
+    # by time, over `starting`/`ending` for the recordings they name (Kafka's precedence); None: not by time
+    starting_time: TimestampSpec | None
+    ending_time: TimestampSpec | None
+    starting_time_strategy: str  # "error" | "latest": no message at or after the starting time
     max_bytes_per_trigger: int | None
     min_bytes_per_trigger: int | None
     max_trigger_delay_ms: int
@@ -50,6 +55,8 @@ class ReadOptions:
         ending = parsed.get("endingPosition", PositionSpec("latest"))
         if ending.kind == "json":
             _check_json_ids("endingPosition", ending, recordings.selection)
+        starting_time = _by_time(parsed, "startingTimestamp", "startingPositionByTimestamp", recordings)
+        ending_time = _by_time(parsed, "endingTimestamp", "endingPositionByTimestamp", recordings)
 
         max_bytes = parsed.get("maxBytesPerTrigger")
         min_bytes = parsed.get("minBytesPerTrigger")
@@ -61,6 +68,9 @@ class ReadOptions:
             recordings=recordings,
             starting=parsed["startingPosition"],
             ending=ending,
+            starting_time=starting_time,
+            ending_time=ending_time,
+            starting_time_strategy=parsed["startingPositionByTimestampStrategy"],
             max_bytes_per_trigger=max_bytes,
             min_bytes_per_trigger=min_bytes,
             max_trigger_delay_ms=parsed.get("maxTriggerDelay", MAX_TRIGGER_DELAY_MS_DEFAULT),
@@ -76,10 +86,23 @@ class ReadOptions:
         )
 
 
-def _check_json_ids(name: str, spec: PositionSpec, selection: RecordingSelection) -> None:
+def _by_time(parsed: ParsedOptions, every: str, per_recording: str, recordings: SourceOptions) -> TimestampSpec | None:
+    """Kafka's precedence: `every` (one time for all recordings) over `per_recording` (JSON by recording id)."""
+    if parsed.is_set(every):
+        spec: TimestampSpec = parsed[every]
+        return spec
+    if parsed.is_set(per_recording):
+        spec = parsed[per_recording]
+        _check_json_ids(per_recording, spec.per_recording_ms, recordings.selection)
+        return spec
+    return None
+
+
+def _check_json_ids(name: str, spec: PositionSpec | Mapping[int, int], selection: RecordingSelection) -> None:
     if selection.recording_ids is None:
         return
-    extra = sorted(set(spec.positions) - set(selection.recording_ids))
+    named = spec.positions if isinstance(spec, PositionSpec) else spec
+    extra = sorted(set(named) - set(selection.recording_ids))
     if extra:
         raise OptionError(
             f"option {name} names recording {extra[0]}, which is not among the selected {selection.describe()}"

@@ -28,7 +28,7 @@ from aeron_archive_spark.archive.tables.recording_source import stopped_position
 from aeron_archive_spark.archive.tables.selection_listing import SelectionListing
 from aeron_archive_spark.connector.source.batch_reader import (
     DataLossError,
-    resolve_start,
+    starting_position,
 )
 from aeron_archive_spark.connector.source.offsets import from_offset, to_offset
 from aeron_archive_spark.connector.source.partition import plan_partitions
@@ -76,14 +76,7 @@ class AeronArchiveStreamReader(ReaderBase, DataSourceStreamReader, SupportsTrigg
             positions = {}
             for rid, descriptor in source.selected().items():
                 end = source.planning_end(descriptor)
-                positions[rid] = resolve_start(
-                    source,
-                    descriptor,
-                    options.starting.for_recording(rid),
-                    end,
-                    "startingPosition",
-                    options.fail_on_data_loss,
-                )
+                positions[rid] = starting_position(source, descriptor, options, end)
             self._initial = to_offset(positions)
             log.info(
                 "initial offset of %s in the %s: %s",

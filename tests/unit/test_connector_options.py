@@ -181,10 +181,50 @@ def test_the_engine_table_holds_only_what_export_and_the_engine_read_and_spark_s
     """Positions, admission control, partitions and data loss are Spark's: the Spark-free tools do not know them,
     the data source accepts them (and suggests them for a typo)."""
     spark_only = {"startingPosition", "endingPosition", "maxBytesPerTrigger", "minBytesPerTrigger",
-                  "maxTriggerDelay", "maxBytesPerPartition", "openCostInBytes", "failOnDataLoss"}
+                  "maxTriggerDelay", "maxBytesPerPartition", "openCostInBytes", "failOnDataLoss",
+                  "startingTimestamp", "startingPositionByTimestamp", "startingPositionByTimestampStrategy",
+                  "endingTimestamp", "endingPositionByTimestamp"}
     assert {s.name for s in SOURCE_OPTIONS} == spark_only
     assert not spark_only & {s.name for s in RECORDING_OPTIONS}
     with pytest.raises(OptionError, match="unknown option 'maxbytespertrigger'"):
         SourceOptions.parse({**BASE, "maxbytespertrigger": "1m"})
     with pytest.raises(OptionError, match="did you mean maxBytesPerTrigger\\?.*known options: .*failOnDataLoss"):
         parse(True, maxBytesPerTriger="1m")
+
+
+def test_times_in_ms_or_iso_8601_with_a_zone_and_kafka_s_precedence():
+    o = parse(False, startingTimestamp="1764322200000", endingTimestamp="2025-11-28T09:40:00+01:00")
+    assert o.starting_time.for_recording(3) == 1764322200000 and o.starting_time.for_recording(9) == 1764322200000
+    assert o.ending_time.for_recording(3) == 1764319200000
+    assert o.starting_time_strategy == "error"
+    assert parse(startingTimestamp="2025-11-28T09:30:00Z").starting_time.every_ms == 1764322200000
+    # startingTimestamp wins over the JSON one, as Kafka's startingTimestamp over startingOffsetsByTimestamp
+    both = parse(startingTimestamp="5", startingPositionByTimestamp='{"3": 7}')
+    assert both.starting_time.for_recording(3) == 5
+    by_id = ReadOptions.parse({"archivedir": "/tmp/a", "recordingids": "3,4", "startingpositionbytimestamp":
+                               '{"3": 7, "4": "2025-11-28T09:30:00Z"}', "startingpositionbytimestampstrategy": "LATEST"},
+                              False)
+    assert by_id.starting_time.for_recording(4) == 1764322200000 and by_id.starting_time.for_recording(5) is None
+    assert by_id.starting_time_strategy == "latest"
+    assert parse().starting_time is None and parse(False).ending_time is None
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"startingTimestamp": "2025-11-28T09:30:00"}, "startingTimestamp: .* has no time zone"),
+    ({"startingTimestamp": "yesterday"}, "startingTimestamp: 'yesterday' is not a time"),
+    ({"startingTimestamp": "-5"}, "startingTimestamp: '-5' is not a time"),
+    ({"startingPositionByTimestamp": '{"3": -1}'}, r"startingPositionByTimestamp \(recording 3\): a time must be >= 0"),
+    ({"startingPositionByTimestamp": '{"x": 1}'}, "key 'x' is not a recording id"),
+    ({"startingPositionByTimestamp": '{"8": 1}'}, "names recording 8, which is not among the selected"),
+    ({"startingPositionByTimestamp": '[1]'}, "startingPositionByTimestamp"),
+    ({"startingPositionByTimestampStrategy": "earliest"}, "startingPositionByTimestampStrategy"),
+    ({"startingPositionByTimestamp": '{"3": true}'}, "is not a time"),
+])
+def test_bad_times_are_refused_naming_the_option(extra, message):
+    with pytest.raises(OptionError, match=message):
+        parse(False, **extra)
+
+
+def test_ending_times_are_for_batch_reads_only():
+    with pytest.raises(OptionError, match="endingTimestamp"):
+        parse(True, endingTimestamp="5")

@@ -1,0 +1,120 @@
+"""Reading history by time: bursts of messages published at known wall-clock times into a live recording, read back
+through `startingTimestamp` / `endingTimestamp` (and their per-recording JSON forms) as exactly the bursts inside
+each window; a streaming query started at a time on the live recording; Kafka's strategy when no message is that
+late; and a clear error for a recording without a time index."""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+
+import pytest
+from spark.test_source_stream import Collector, stream
+from spark.test_source_support import source_options
+from system.harness import SMALL_TERM, Harness, offer_all, payloads_of, wait_for
+
+from aeron_archive_spark.archive.constants import RecordingSignal
+
+pytestmark = pytest.mark.spark
+
+CHANNEL = f"aeron:ipc?term-length={SMALL_TERM}"
+GAP_S = 0.08  # between bursts: far more than the index's 10 ms bound, so every window edge falls between bursts
+
+
+class Bursts:
+    """A live recording fed in bursts; remembers each burst's wall-clock start (ms) and its messages' positions."""
+
+    def __init__(self, h: Harness, stream_id: int) -> None:
+        self.h = h
+        h.client.start_recording(CHANNEL, stream_id)
+        self.publication = h.client.aeron.add_exclusive_publication(CHANNEL, stream_id)
+        self.recording_id = h.await_signal(RecordingSignal.START, count=len(h.signals.of(RecordingSignal.START)) + 1
+                                           ).recording_id
+        self.starts_ms: list[int] = []
+        self.positions: list[list[int]] = []
+
+    def publish(self, bursts: int, count: int = 25) -> None:
+        for _ in range(bursts):
+            time.sleep(GAP_S)
+            self.starts_ms.append(time.time_ns() // 1_000_000)
+            spans = offer_all(self.publication, payloads_of([300] * count, seed=len(self.starts_ms)))
+            self.positions.append([start for start, _ in spans])
+            wait_for(lambda: self.h.client.get_recording_position(self.recording_id) == self.publication.position)
+        time.sleep(GAP_S)
+
+    def between(self, first: int, last: int) -> list[int]:
+        """Positions of bursts first..last-1."""
+        return [p for burst in self.positions[first:last] for p in burst]
+
+
+@pytest.fixture
+def harness(aeron_dir, tmp_path):
+    h = Harness(aeron_dir, str(tmp_path / "archive"))
+    yield h
+    h.close()
+
+
+def read(spark, options) -> list[int]:
+    reader = spark.read.format("aeron-archive")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return sorted(r.position for r in reader.load().select("position").collect())
+
+
+def test_time_windows_give_exactly_the_messages_recorded_inside_them(spark, harness):
+    feed = Bursts(harness, 7801)
+    feed.publish(5)
+    options = source_options(harness, recordingId=feed.recording_id)
+    for first, last in ((0, 5), (1, 3), (2, 4), (4, 5)):
+        window = {**options, "startingTimestamp": feed.starts_ms[first]}
+        if last < len(feed.starts_ms):
+            window["endingTimestamp"] = feed.starts_ms[last]
+        assert read(spark, window) == feed.between(first, last), (first, last)
+    # per recording, as JSON, and ISO-8601 times
+    iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(feed.starts_ms[3] // 1000))
+    frac = feed.starts_ms[3] % 1000
+    by_json = {**options, "startingPositionByTimestamp": f'{{"{feed.recording_id}": "{iso}.{frac:03d}Z"}}',
+               "endingPositionByTimestamp": f'{{"{feed.recording_id}": {feed.starts_ms[4]}}}'}
+    assert read(spark, by_json) == feed.between(3, 4)
+    # a time before the recording began is its start; the recording is live, so an ending time past everything
+    # recorded ends at the end planned
+    assert read(spark, {**options, "startingTimestamp": 0, "endingTimestamp": feed.starts_ms[1]}) == feed.between(0, 1)
+
+
+def test_no_message_that_late_fails_or_starts_at_the_end(spark, harness):
+    feed = Bursts(harness, 7802)
+    feed.publish(2)
+    late = time.time_ns() // 1_000_000 + 60_000
+    options = source_options(harness, recordingId=feed.recording_id, startingTimestamp=late)
+    with pytest.raises(Exception, match=f"recording {feed.recording_id} has no message recorded at or after .*"
+                                        "startingPositionByTimestampStrategy=latest"):
+        read(spark, options)
+    assert read(spark, {**options, "startingPositionByTimestampStrategy": "latest"}) == []
+
+
+def test_a_recording_without_a_time_index_is_named(spark, harness):
+    feed = Bursts(harness, 7803)
+    feed.publish(2)
+    for path in glob.glob(os.path.join(harness.ctx.archive_dir, f"{feed.recording_id}-*.tix")):
+        os.remove(path)  # as a recording of Java's archive, or one recorded with the index off
+    options = source_options(harness, recordingId=feed.recording_id, startingTimestamp=feed.starts_ms[1])
+    with pytest.raises(Exception, match=f"recording {feed.recording_id} has no time index .* read it by position"):
+        read(spark, options)
+    # the catalog's start timestamp still places a time before the recording began, with no index
+    assert read(spark, {**options, "startingTimestamp": 0}) == feed.between(0, 2)
+
+
+def test_a_streaming_query_started_at_a_time_on_a_live_recording(spark, harness, tmp_path):
+    feed = Bursts(harness, 7804)
+    feed.publish(3)
+    options = source_options(harness, recordingId=feed.recording_id, startingTimestamp=feed.starts_ms[1])
+    collector = Collector()
+    query = stream(spark, options, collector, tmp_path / "cp")
+    try:
+        feed.publish(2)
+        query.processAllAvailable()
+        assert query.exception() is None
+    finally:
+        query.stop()
+    assert [p for _, p, _ in collector.rows()] == feed.between(1, 5)
