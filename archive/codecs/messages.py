@@ -1532,6 +1532,96 @@ class UpdateChannelRequest(Message):
         )
 
 
+class PositionAtTimeRequest(Message):
+    """PositionAtTimeRequest (template id 1001)."""
+
+    __slots__ = ()
+    TEMPLATE_ID: ClassVar[int] = 1001
+
+    control_session_id: int
+    correlation_id: int
+    recording_id: int
+    timestamp_ns: int
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        control_session_id: int,
+        correlation_id: int,
+        recording_id: int,
+        timestamp_ns: int,
+    ) -> PositionAtTimeRequest:
+        return cls._of(
+            control_session_id=control_session_id,
+            correlation_id=correlation_id,
+            recording_id=recording_id,
+            timestamp_ns=timestamp_ns,
+        )
+
+
+class TimeIndexRequest(Message):
+    """TimeIndexRequest (template id 1002)."""
+
+    __slots__ = ()
+    TEMPLATE_ID: ClassVar[int] = 1002
+
+    control_session_id: int
+    correlation_id: int
+    recording_id: int
+    from_position: int
+    to_position: int
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        control_session_id: int,
+        correlation_id: int,
+        recording_id: int,
+        from_position: int,
+        to_position: int,
+    ) -> TimeIndexRequest:
+        return cls._of(
+            control_session_id=control_session_id,
+            correlation_id=correlation_id,
+            recording_id=recording_id,
+            from_position=from_position,
+            to_position=to_position,
+        )
+
+
+class TimeIndexSamples(Message):
+    """TimeIndexSamples (template id 1003)."""
+
+    __slots__ = ()
+    TEMPLATE_ID: ClassVar[int] = 1003
+
+    control_session_id: int
+    correlation_id: int
+    recording_id: int
+    interval_ns: int
+    samples: bytes
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        control_session_id: int,
+        correlation_id: int,
+        recording_id: int,
+        interval_ns: int,
+        samples: bytes,
+    ) -> TimeIndexSamples:
+        return cls._of(
+            control_session_id=control_session_id,
+            correlation_id=correlation_id,
+            recording_id=recording_id,
+            interval_ns=interval_ns,
+            samples=samples,
+        )
+
+
 MESSAGE_CLASSES: tuple[type[Message], ...] = (
     ControlResponse,
     ConnectRequest,
@@ -1583,4 +1673,7 @@ MESSAGE_CLASSES: tuple[type[Message], ...] = (
     ReplayTokenRequest,
     Ping,
     UpdateChannelRequest,
+    PositionAtTimeRequest,
+    TimeIndexRequest,
+    TimeIndexSamples,
 )

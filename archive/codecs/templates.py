@@ -59,6 +59,10 @@ PURGE_RECORDING_REQUEST = 104
 REPLAY_TOKEN_REQUEST = 105
 PING = 106
 UPDATE_CHANNEL_REQUEST = 107
+# This project's extensions (docs/control-protocol.md, "Time index requests"): ids Aeron's schema does not use.
+POSITION_AT_TIME_REQUEST = 1001
+TIME_INDEX_REQUEST = 1002
+TIME_INDEX_SAMPLES = 1003
 
 # Template id -> message name, for logs and error text.
 TEMPLATE_NAMES: dict[int, str] = {
@@ -112,4 +116,7 @@ TEMPLATE_NAMES: dict[int, str] = {
     REPLAY_TOKEN_REQUEST: "ReplayTokenRequest",
     PING: "Ping",
     UPDATE_CHANNEL_REQUEST: "UpdateChannelRequest",
+    POSITION_AT_TIME_REQUEST: "PositionAtTimeRequest",
+    TIME_INDEX_REQUEST: "TimeIndexRequest",
+    TIME_INDEX_SAMPLES: "TimeIndexSamples",
 }

@@ -124,7 +124,14 @@ EXPECTED: dict[str, tuple[int, int, list[tuple[str, str, int, int]], list[tuple[
     "ReplayTokenRequest": (105, 24, [_CS, _CO, _f("recordingId", I8, 16)], []),
     "Ping": (106, 8, [_CS], []),
     "UpdateChannelRequest": (107, 24, [_CS, _CO, _f("recordingId", I8, 16)], [("channel", "a", 0)]),
+    # This project's extensions, transcribed from docs/control-protocol.md ("Time index requests"), not Aeron's.
+    "PositionAtTimeRequest": (1001, 32, [_CS, _CO, _f("recordingId", I8, 16), _f("timestampNs", I8, 24)], []),
+    "TimeIndexRequest": (1002, 40, [_CS, _CO, _f("recordingId", I8, 16), _f("fromPosition", I8, 24),
+                                    _f("toPosition", I8, 32)], []),
+    "TimeIndexSamples": (1003, 32, [_CS, _CO, _f("recordingId", I8, 16), _f("intervalNs", I8, 24)],
+                         [("samples", "d", 0)]),
 }
+EXTENSIONS = ("PositionAtTimeRequest", "TimeIndexRequest", "TimeIndexSamples")
 
 MESSAGE_NAMES = sorted(EXPECTED, key=lambda n: EXPECTED[n][0])
 ENUM_FIELDS = {"code", "sourceLocation", "applyStreamId", "autoStop", "signal", "state"}
@@ -178,6 +185,15 @@ def test_schema_identity() -> None:
 
 def test_every_facts_sheet_message_is_in_the_schema_and_nothing_else() -> None:
     assert sorted(spec.name for spec in CODEC.messages) == sorted(EXPECTED)
+
+
+def test_extensions_stay_clear_of_aerons_template_ids() -> None:
+    """Our own messages sit at 1001+, so no Aeron message (1 to 107 in v14) can collide with one."""
+    aeron = [EXPECTED[name][0] for name in EXPECTED if name not in EXTENSIONS]
+    ours = [EXPECTED[name][0] for name in EXTENSIONS]
+    assert max(aeron) < 1000 < min(ours)
+    assert (templates.POSITION_AT_TIME_REQUEST, templates.TIME_INDEX_REQUEST, templates.TIME_INDEX_SAMPLES) == (
+        1001, 1002, 1003)
 
 
 def test_template_constants_match_schema() -> None:
