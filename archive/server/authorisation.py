@@ -7,9 +7,9 @@ archive schema id, the request's template id, no type (as Java's archive does) a
 an archive without credentials behaves exactly as before.
 
 `ReadOnlyAuthorisationService` is the one `aeron-archive serve` uses with credentials: the read-write principal
-may do everything; the read-only principal may connect, list, query positions and replay (what the Spark source
-needs) but nothing that creates, changes or deletes a recording. It allows by list, so a request template added
-later is refused to read-only clients until someone decides otherwise.
+may do everything; the read-only principal may connect, list, query positions and times (this archive's time
+index requests) and replay (what the Spark source needs) but nothing that creates, changes or deletes a recording.
+It allows by list, so a request template added later is refused to read-only clients until someone decides otherwise.
 """
 
 from __future__ import annotations
@@ -68,6 +68,8 @@ READ_ONLY_ACTIONS: frozenset[int] = frozenset(
         t.STOP_REPLAY_REQUEST,
         t.STOP_ALL_REPLAYS_REQUEST,
         t.REPLAY_TOKEN_REQUEST,
+        t.POSITION_AT_TIME_REQUEST,
+        t.TIME_INDEX_REQUEST,
     }
 )
 

@@ -72,6 +72,7 @@ from aeron_archive_spark.archive.server.replication_session import (
 )
 from aeron_archive_spark.archive.server.retention import RetentionCheck
 from aeron_archive_spark.archive.server.session import Session
+from aeron_archive_spark.archive.server.time_index_session import TimeIndexSession, position_at_time
 from aeron_archive_spark.archive.storage import segments
 from aeron_archive_spark.archive.storage.catalog import Catalog
 from aeron_archive_spark.archive.storage.checksums import Checksum, checksum_for_name
@@ -79,6 +80,7 @@ from aeron_archive_spark.archive.storage.frames import FRAME_ALIGNMENT, to_int32
 from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
 from aeron_archive_spark.archive.storage.recording_writer import RecordingWriter
 from aeron_archive_spark.archive.storage.time_index import TimeIndexWriter
+from aeron_archive_spark.archive.storage.time_index_search import RecordingGeometry, RecordingTimeIndex
 
 if TYPE_CHECKING:
     from aeron_archive_spark.archive.descriptor import RecordingDescriptor
@@ -95,7 +97,7 @@ COUNTERS_PUBLISH_INTERVAL_NS = 1_000_000
 # sender back; an IPC or a fast UDP feed fills it within one short sleep.
 RECORDER_TRICKLE_BYTES = 32 * 1024
 
-type Listing = ListRecordingsSession | ListRecordingSubscriptionsSession
+type Listing = ListRecordingsSession | ListRecordingSubscriptionsSession | TimeIndexSession
 
 
 @dataclass
@@ -947,6 +949,26 @@ class ArchiveConductor(Agent):
             raise ArchiveError(f"minRecordingId={min_recording_id} < 0", ErrorCode.GENERIC)
         found = self.catalog.find_last_matching(min_recording_id, channel, stream_id, session_id)
         session.send_ok(correlation_id, found)
+
+    # -- the time index (ours, beyond Aeron: time_index_session) ----------------------------------------------
+    def _time_index(self, recording_id: int) -> RecordingTimeIndex:
+        """The recording's index as far as it is recorded (live position of an active recording, else stop)."""
+        d = self._descriptor(recording_id)
+        limit = self.recorded_position(recording_id)
+        geometry = RecordingGeometry(recording_id, d.start_position, limit, d.term_buffer_length, d.segment_file_length)
+        return RecordingTimeIndex(self.ctx.archive_dir, geometry)
+
+    def position_at_time(self, session: ControlClient, request: m.PositionAtTimeRequest) -> None:
+        index = self._time_index(request.recording_id)
+        session.send_ok(request.correlation_id, position_at_time(index, request.timestamp_ns))
+
+    def time_index(self, session: ControlClient, request: m.TimeIndexRequest) -> None:
+        if session.active_listing is not None:
+            raise ArchiveError("active listing already in progress", ErrorCode.ACTIVE_LISTING)
+        index = self._time_index(request.recording_id)
+        listing = TimeIndexSession(session, request.correlation_id, index, request.from_position, request.to_position)
+        listing.do_work(self._now_ns)  # a short answer goes at once; a long one goes on each duty cycle
+        self._start_listing(session, listing)
 
     # -- retention (RetentionHost) ---------------------------------------------------------------------------
     def retention_recordings(self) -> Iterator[RecordingDescriptor]:

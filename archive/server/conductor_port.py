@@ -53,6 +53,9 @@ class ControlResponder(Protocol):
         self, correlation_id: int, recording_id: int, subscription_id: int, position: int, signal: RecordingSignal
     ) -> None: ...
 
+    def send_time_index_samples(self, correlation_id: int, recording_id: int, interval_ns: int, samples: bytes) -> bool:
+        """False (nothing sent) while earlier responses are still queued: retry later, as `send_descriptor`."""
+
 
 class ControlClient(ControlResponder, Protocol):
     """The control session a request came from, as the conductor sees it: where to answer, and its listing.
@@ -143,3 +146,9 @@ class ConductorPort(Protocol):
 
     def replay_token(self, session: ControlClient, request: m.ReplayTokenRequest) -> None:
         """A replay token for the request's recording, owned by `session` (OK, relevantId = the token)."""
+
+    def position_at_time(self, session: ControlClient, request: m.PositionAtTimeRequest) -> None:
+        """Ours (1001): OK(the first position recorded at or after the time, or -1)."""
+
+    def time_index(self, session: ControlClient, request: m.TimeIndexRequest) -> None:
+        """Ours (1002): TimeIndexSamples messages, then OK(their sample count)."""

@@ -104,6 +104,20 @@ class ControlResponseProxy:
             stripped_channel=ascii_text(stripped_channel),
         )
 
+    def time_index_samples(
+        self, control_session_id: int, correlation_id: int, recording_id: int, interval_ns: int, samples: bytes
+    ) -> bytes:
+        """Our TimeIndexSamples (template 1003): `samples` are (timeNs, position) int64 pairs, as `.tix` files hold
+        them."""
+        return self._codec.encode(
+            "TimeIndexSamples",
+            control_session_id=control_session_id,
+            correlation_id=correlation_id,
+            recording_id=recording_id,
+            interval_ns=interval_ns,
+            samples=samples,
+        )
+
     def challenge(self, control_session_id: int, correlation_id: int, encoded_challenge: bytes) -> bytes:
         return self._codec.encode(
             "Challenge",

@@ -387,6 +387,15 @@ class ControlSession:
             )
         )
 
+    def send_time_index_samples(self, correlation_id: int, recording_id: int, interval_ns: int, samples: bytes) -> bool:
+        """Throttled as `send_descriptor`: a long answer waits for a slow client instead of queueing all of it."""
+        if self._pending:
+            return False
+        self.send(
+            self._proxy.time_index_samples(self.control_session_id, correlation_id, recording_id, interval_ns, samples)
+        )
+        return True
+
     # -- requests ----------------------------------------------------------------------------------------------
     def _activate(self, request: str) -> bool:
         """Aeron's `attemptToActivate`: True when `request` may run now.
@@ -579,6 +588,12 @@ class ControlSession:
 
     def on_replay_token_request(self, request: m.ReplayTokenRequest) -> None:
         self._serve(request.name, request.correlation_id, lambda: self._conductor.replay_token(self, request))
+
+    def on_position_at_time(self, request: m.PositionAtTimeRequest) -> None:
+        self._serve(request.name, request.correlation_id, lambda: self._conductor.position_at_time(self, request))
+
+    def on_time_index(self, request: m.TimeIndexRequest) -> None:
+        self._serve(request.name, request.correlation_id, lambda: self._conductor.time_index(self, request))
 
     def on_archive_id(self, request: m.ArchiveIdRequest) -> None:
         if self._activate(request.name):

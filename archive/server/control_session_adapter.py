@@ -104,6 +104,8 @@ HANDLERS: dict[type[Message], RequestHandler] = {
     m.ReplicateRequest2: ControlSession.on_replicate,
     m.StopReplicationRequest: ControlSession.on_stop_replication,
     m.ReplayTokenRequest: ControlSession.on_replay_token_request,
+    m.PositionAtTimeRequest: ControlSession.on_position_at_time,  # ours, beyond Aeron's schema
+    m.TimeIndexRequest: ControlSession.on_time_index,  # ours, beyond Aeron's schema
 }
 
 # The first version of the schema whose replay requests carry a replay token (Java's REPLAY_TOKEN_VERSION).

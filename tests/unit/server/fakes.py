@@ -129,7 +129,7 @@ class FakeConductor:
 
 @dataclass
 class Response:
-    kind: str  # "ok", "error", "code", "descriptor", "subscription", "signal"
+    kind: str  # "ok", "error", "code", "descriptor", "subscription", "signal", "samples"
     correlation_id: int
     values: tuple[Any, ...] = ()
 
@@ -174,6 +174,13 @@ class FakeResponder:
     def send_signal(self, correlation_id: int, recording_id: int, subscription_id: int, position: int,
                     signal: RecordingSignal) -> None:
         self.responses.append(Response("signal", correlation_id, (recording_id, subscription_id, position, signal)))
+
+    def send_time_index_samples(self, correlation_id: int, recording_id: int, interval_ns: int,
+                                samples: bytes) -> bool:
+        if self.back_pressured:
+            return False
+        self.responses.append(Response("samples", correlation_id, (recording_id, interval_ns, bytes(samples))))
+        return True
 
     def of_kind(self, kind: str) -> list[Response]:
         return [r for r in self.responses if r.kind == kind]

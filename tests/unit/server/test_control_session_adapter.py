@@ -124,6 +124,11 @@ REQUESTS: list[tuple[str, dict[str, Any], str, tuple[Any, ...]]] = [
     ("AttachSegmentsRequest", {"correlation_id": 27, "recording_id": 8}, "attach_segments", (27, 8)),
     ("MigrateSegmentsRequest", {"correlation_id": 28, "src_recording_id": 8, "dst_recording_id": 9},
      "migrate_segments", (28, 8, 9)),
+    # this project's time index requests (template ids 1001, 1002)
+    ("PositionAtTimeRequest", {"correlation_id": 29, "recording_id": 8, "timestamp_ns": 1_764_000_000_000_000_000},
+     "position_at_time", (29, 8, 1_764_000_000_000_000_000)),
+    ("TimeIndexRequest", {"correlation_id": 30, "recording_id": 8, "from_position": 64, "to_position": -1},
+     "time_index", (30, 8, 64, -1)),
 ]
 
 

@@ -121,7 +121,7 @@ READ_ONLY_NAMES = {
     "ListRecordingsForUriRequest", "ListRecordingRequest", "ListRecordingSubscriptionsRequest",
     "RecordingPositionRequest", "StopPositionRequest", "StartPositionRequest", "MaxRecordedPositionRequest",
     "FindLastMatchingRecordingRequest", "ReplayRequest", "BoundedReplayRequest", "StopReplayRequest",
-    "StopAllReplaysRequest",
+    "StopAllReplaysRequest", "PositionAtTimeRequest", "TimeIndexRequest",
 }
 WRITE_NAMES = {
     "StartRecordingRequest", "StartRecordingRequest2", "StopRecordingRequest", "StopRecordingSubscriptionRequest",
@@ -240,6 +240,9 @@ READS: list[tuple[str, dict[str, Any], str]] = [
                               "limit_counter_id": 12, "replay_stream_id": 30, "file_io_max_length": 0,
                               "replay_token": 0, "replay_channel": "aeron:ipc"}, "start_replay"),
     ("StopAllReplaysRequest", {"correlation_id": 25, "recording_id": 8}, "stop_all_replays"),
+    ("PositionAtTimeRequest", {"correlation_id": 26, "recording_id": 8, "timestamp_ns": 5}, "position_at_time"),
+    ("TimeIndexRequest", {"correlation_id": 27, "recording_id": 8, "from_position": 0, "to_position": -1},
+     "time_index"),
 ]
 
 
