@@ -14,6 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+import numpy as np
+import numpy.typing as npt
+
 from aeron_archive_spark.archive.channel import (
     ChannelUri,
     add_session_id,
@@ -55,10 +58,14 @@ from aeron_archive_spark.archive.native import (
     Subscription,
 )
 from aeron_archive_spark.archive.storage.segments import segment_file_base_position
+from aeron_archive_spark.archive.storage.time_index import TimeIndex
 
 __all__ = ["AeronArchive", "DescriptorMessage", "RecordingSignalEvent", "RequestIds"]
 
 log = logging.getLogger(__name__)
+
+# A TimeIndexSamples message's samples: (timeNs, position) int64 pairs, little-endian, as a `.tix` file holds them.
+TIME_INDEX_SAMPLE_DTYPE = np.dtype([("time_ns", "<i8"), ("position", "<i8")])
 
 # Waiting for a control response: empty polls that only yield the CPU before the 0.1 ms sleeps begin.
 RESPONSE_WAIT_YIELDS = 10
@@ -827,6 +834,54 @@ class AeronArchive:
     def purge_recording(self, recording_id: int) -> int:
         return self._request_ok(lambda ids: m.PurgeRecordingRequest.of(**ids, recording_id=recording_id))
 
+    # -- the time index (this project's requests, beyond Aeron's schema: Java's archive does not answer them) ------
+    def position_at_time(self, recording_id: int, timestamp_ns: int) -> int:
+        """The first position of the recording whose recorded time is at or after `timestamp_ns` (epoch ns), or
+        NULL_POSITION (-1) when every recorded time is earlier (`TimeIndex.position_at_or_after` on the archive's
+        index, within the recording's start and recorded position). Raises `ArchiveError` for an unknown recording
+        (UNKNOWN_RECORDING), one without a time index, or a time before its index began (the message says which)."""
+        return self._request_ok(
+            lambda ids: m.PositionAtTimeRequest.of(**ids, recording_id=recording_id, timestamp_ns=timestamp_ns)
+        )
+
+    def time_index(self, recording_id: int, from_position: int, to_position: int = NULL_POSITION) -> TimeIndex:
+        """The samples that date the recording's positions `[from_position, to_position)` (`to_position` -1: up to
+        its recorded position), as `read_time_index` gives them from the archive's disk: the governing sample of
+        `from_position` moved to it, then the later ones. The answer comes in as many TimeIndexSamples messages
+        as it needs, then an OK with their count; the message timeout runs from the last one received."""
+        with self._lock:
+            correlation_id, name = self._request(
+                lambda ids: m.TimeIndexRequest.of(
+                    **ids, recording_id=recording_id, from_position=from_position, to_position=to_position
+                )
+            )
+            chunks: list[npt.NDArray[np.void]] = []
+            interval_ns = 0
+            deadline = time.monotonic_ns() + self._timeout_ns
+            while True:
+                messages = self._poll_messages()
+                for i, msg in enumerate(messages):
+                    if (
+                        getattr(msg, "correlation_id", None) != correlation_id
+                        or msg.control_session_id != self.control_session_id
+                    ):
+                        continue
+                    if msg.template_id == t.TIME_INDEX_SAMPLES:
+                        chunks.append(np.frombuffer(msg.samples, dtype=TIME_INDEX_SAMPLE_DTYPE))
+                        interval_ns = max(interval_ns, msg.interval_ns)
+                        deadline = time.monotonic_ns() + self._timeout_ns
+                    elif msg.template_id == t.CONTROL_RESPONSE:
+                        self._inbox = messages[i + 1 :] + self._inbox
+                        if msg.code == ControlResponseCode.ERROR:
+                            raise ArchiveError(msg.error_message, msg.relevant_id, correlation_id)
+                        return _time_index_of(recording_id, chunks, interval_ns, msg.relevant_id, correlation_id)
+                if time.monotonic_ns() > deadline:
+                    raise ArchiveTimeoutError(
+                        f"no response to {name} within the message timeout", ErrorCode.GENERIC, correlation_id
+                    )
+                if not messages:
+                    time.sleep(0.0001)
+
     # -- segment management (Java's detachSegments ... migrateSegments) ----------------------------------------
     def detach_segments(self, recording_id: int, new_start_position: int) -> None:
         """Move the recording's start up to `new_start_position`, the first byte of a segment after the current
@@ -946,6 +1001,23 @@ def replay_request(
         replay_token=replay_token,
         replay_channel=replay_channel,
     )
+
+
+def _time_index_of(
+    recording_id: int, chunks: list[npt.NDArray[np.void]], interval_ns: int, count: int, correlation_id: int
+) -> TimeIndex:
+    """The `TimeIndex` of a TimeIndex answer's samples; the OK's count must match what arrived (a message lost on
+    the way would otherwise date rows by the wrong sample)."""
+    samples = np.concatenate(chunks) if chunks else np.empty(0, dtype=TIME_INDEX_SAMPLE_DTYPE)
+    if len(samples) != count:
+        raise ArchiveError(
+            f"time index of recording {recording_id}: {len(samples)} samples received, the archive sent {count}",
+            ErrorCode.GENERIC,
+            correlation_id,
+        )
+    times = np.ascontiguousarray(samples["time_ns"], dtype=np.int64)
+    positions = np.ascontiguousarray(samples["position"], dtype=np.int64)
+    return TimeIndex(recording_id, times, positions, interval_ns)
 
 
 def descriptor_from_message(msg: Any) -> RecordingDescriptor:
