@@ -501,8 +501,9 @@ class Catalog:
                 raise ArchiveError(
                     f"catalog {self._path} uses the legacy fixed 1 KiB entry layout (version "
                     f"{semantic_version_string(version)}); migrate it to version "
-                    f"{semantic_version_string(CATALOG_VERSION)} with Aeron's `ArchiveTool <dir> migrate` before "
-                    "opening it for writing (it can be read as is)"
+                    f"{semantic_version_string(CATALOG_VERSION)} with `aeron-archive migrate --dir "
+                    f"{self._archive_dir}` (Aeron's `ArchiveTool <dir> migrate`) before opening it for writing (it can "
+                    "be read as is)"
                 )
             self._legacy = True
             self._alignment = LEGACY_RECORD_LENGTH
@@ -868,6 +869,16 @@ class Catalog:
             _I32.pack_into(mm, offset + DESCRIPTOR_STATE_OFFSET, new_state)
             self._sync()
             return True
+
+    def refresh_checksum(self, offset: int) -> None:
+        """Recompute the descriptor checksum of the entry at `offset`, whatever its state (ArchiveTool's
+        `checksum` verb stamps every entry with the catalog's checksum); nothing without a checksum."""
+        with self._lock:
+            self._require_writable()
+            if not self._first_offset <= offset < self._next_offset:
+                raise ValueError(f"no catalog entry at offset {offset}: {self._path}")
+            self._update_checksum(offset)
+            self._sync()
 
     # ------------------------------------------------------------------------------------------------------------
     # reads
