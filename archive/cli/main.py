@@ -292,6 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
     mirror.add_subparser(sub)
     stats.add_subparser(sub)
     tail.add_subparser(sub)
+    from aeron_archive_spark.archive.cli import tool
+
+    tool.add_subparser(sub)
     _add_plugin_verbs(sub)
     return parser
 
