@@ -73,22 +73,6 @@ def start_term_base(start_position: int, term_length: int) -> int:
     return start_position - (start_position & (term_length - 1))
 
 
-def migrate_v0_segment_names(directory: Path) -> dict[str, str]:
-    """Rename `<id>-<segmentIndex>.rec` (catalog version 0) to `<id>-<segmentBasePosition>.rec`, as Aeron's
-    ArchiveMigration_0_1 + _1_2 end up naming them: base = startTermBase + index * segmentFileLength."""
-    with Catalog(directory, writable=False) as catalog:
-        descriptors = {d.recording_id: d for d in catalog.descriptors()}
-    renames = {}
-    for path in sorted(directory.glob("*.rec")):
-        recording_id, index = map(int, path.stem.split("-"))
-        d = descriptors[recording_id]
-        base = start_term_base(d.start_position, d.term_buffer_length) + index * d.segment_file_length
-        renames[path.name] = f"{recording_id}-{base}.rec"
-    for old in sorted(renames, key=lambda n: -int(n.split("-")[1][:-4])):  # bases >= indexes: highest first
-        os.rename(directory / old, directory / renames[old])
-    return renames
-
-
 def read_messages(archive_dir: Path, d: Any) -> tuple[list[tuple[bytes, int]], int]:
     """Reassemble every message of a recording from its segment files: ([(payload, end position)], PAD count).
 
@@ -222,32 +206,44 @@ def test_cli_describe_reads_the_java_catalog(java_written):
     assert missing.returncode != 0 and "unknown recording id: 7" in missing.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: catalog version 0 (Aeron < the 1.0.0 catalog migration, e.g. "
-                   "1.15) names segment files <id>-<segmentIndex>.rec; archive/storage reads the number as a "
-                   "position, so verify reports missing segments until the files are renamed (see "
-                   "docs/compatibility.md)")
-def test_cli_verify_on_the_unmigrated_java_directory(java_written):
-    archive_dir, _ = java_written
-    before = snapshot(archive_dir)
-    proc = cli("verify", "--dir", str(archive_dir))
-    assert snapshot(archive_dir) == before
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-
-
-def test_frames_of_the_java_recordings_read_back_exactly(java_written, tmp_path):
-    """After renaming the version-0 segment files to position names (the only change Aeron's own migration makes
-    to segment files), verify passes and RecordingReader + scan_frames give back every published message, byte for
-    byte, at the position Java's offer returned."""
+def test_cli_migrate_then_verify_the_java_directory(java_written, tmp_path):
+    """Catalog version 0 names segment files `<id>-<segmentIndex>.rec`: `aeron-archive migrate` renames them to
+    positions and rewrites the catalog in the aligned layout, after which verify passes and the archive may write."""
     archive_dir, report = java_written
     copy = tmp_path / "archive"
     shutil.copytree(archive_dir, copy)
-    renames = migrate_v0_segment_names(copy)
+    refused = cli("verify", "--dir", str(copy), "--fix")
+    assert refused.returncode != 0 and "aeron-archive migrate" in refused.stderr
+    proc = cli("migrate", "--dir", str(copy), "--yes")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Catalog version=0(Major 0 Minor 0 Patch 0)" in proc.stdout
+    assert "Migration step to 196608(Major 3 Minor 0 Patch 0)" in proc.stdout
+    ipc_base = start_term_base(report["recordings"][1]["startPosition"], TERM_LENGTH)
+    assert sorted(p.name for p in copy.glob("*.rec")) == sorted([
+        "0-0.rec", f"0-{SEGMENT_LENGTH}.rec", f"0-{2 * SEGMENT_LENGTH}.rec",
+        f"1-{ipc_base}.rec", f"1-{ipc_base + SEGMENT_LENGTH}.rec", f"1-{ipc_base + 2 * SEGMENT_LENGTH}.rec"])
+    with Catalog(copy, writable=False) as catalog:
+        assert not catalog.is_legacy
+        assert [d.stop_position for d in catalog.descriptors()] == [r["stopPosition"] for r in report["recordings"]]
+    verify = cli("verify", "--dir", str(copy))
+    assert verify.returncode == 0 and "verified 2 recording(s): 2 ok" in verify.stdout, verify.stdout + verify.stderr
+    assert cli("migrate", "--dir", str(copy)).stdout.endswith("Nothing to migrate\n")
+
+
+def test_frames_of_the_java_recordings_read_back_exactly(java_written, tmp_path):
+    """After `aeron-archive migrate` (segment files renamed to position names, catalog rewritten), verify passes and
+    RecordingReader + scan_frames give back every published message, byte for byte, at the position Java's offer
+    returned."""
+    archive_dir, report = java_written
+    copy = tmp_path / "archive"
+    shutil.copytree(archive_dir, copy)
+    migrated = cli("migrate", "--dir", str(copy), "--yes", "--json")
+    assert migrated.returncode == 0, migrated.stderr
     ipc = report["recordings"][1]
     ipc_base = start_term_base(ipc["startPosition"], TERM_LENGTH)
-    assert renames == {
-        "0-0.rec": "0-0.rec", "0-1.rec": f"0-{SEGMENT_LENGTH}.rec", "0-2.rec": f"0-{2 * SEGMENT_LENGTH}.rec",
-        "1-0.rec": f"1-{ipc_base}.rec", "1-1.rec": f"1-{ipc_base + SEGMENT_LENGTH}.rec",
-        "1-2.rec": f"1-{ipc_base + 2 * SEGMENT_LENGTH}.rec"}
+    renames = {f"{rid}-{k}.rec": f"{rid}-{base + k * SEGMENT_LENGTH}.rec" for rid, base in ((0, 0), (1, ipc_base))
+               for k in range(3)}
+    assert sorted(p.name for p in copy.glob("*.rec")) == sorted(renames.values())
     for old, new in renames.items():  # contents untouched
         assert (copy / new).read_bytes() == (archive_dir / old).read_bytes()
 
