@@ -109,3 +109,11 @@ class ControlResponseCode(IntEnum):
     ERROR = 1
     RECORDING_UNKNOWN = 2
     SUBSCRIPTION_UNKNOWN = 3
+
+
+# This project's archive names the extensions it answers in the text of its OK to a connect (Java's archive leaves
+# that text empty, and Java's client reads it only on an error): "features=time-index". Clients ask an archive for
+# an extension only if it named it, so a Java archive is never left to ignore a request it does not know.
+FEATURES_PREFIX = "features="
+TIME_INDEX_FEATURE = "time-index"  # PositionAtTimeRequest, TimeIndexRequest (docs/control-protocol.md)
+ARCHIVE_FEATURES = FEATURES_PREFIX + TIME_INDEX_FEATURE

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from aeron_archive_spark.archive.tables.option_table import (
     Mode,
@@ -26,6 +25,7 @@ from aeron_archive_spark.archive.tables.option_table import (
     parse_bool,
     parse_bytes,
     parse_duration_ms,
+    parse_timestamp_ms,
 )
 from aeron_archive_spark.archive.tables.options import RECORDING_OPTIONS
 from aeron_archive_spark.archive.tables.planning import MAX_BYTES_PER_RANGE_DEFAULT
@@ -115,38 +115,8 @@ class TimestampSpec:
         return self.per_recording_ms.get(recording_id)
 
 
-def _timestamp_ms(name: str, raw: object) -> int:
-    """Milliseconds since the epoch: an integer, or an ISO-8601 time with its zone (`2026-11-28T09:30:00Z`)."""
-    if isinstance(raw, bool):
-        raise OptionError(f"option {name}: {raw!r} is not a time")
-    if isinstance(raw, int):
-        value = raw
-    else:
-        text = str(raw).strip()
-        value = int(text) if text.isdigit() else _iso_ms(name, raw, text)
-    if value < 0:
-        raise OptionError(f"option {name}: a time must be >= 0 ms since the epoch, got {value}")
-    return value
-
-
-def _iso_ms(name: str, raw: object, text: str) -> int:
-    try:
-        when = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
-    except ValueError:
-        raise OptionError(
-            f"option {name}: {raw!r} is not a time: give milliseconds since the epoch or an ISO-8601 time with its "
-            "zone, such as 2026-11-28T09:30:00Z"
-        ) from None
-    if when.tzinfo is None:
-        raise OptionError(
-            f"option {name}: {raw!r} has no time zone: add one (Z for UTC, or +01:00), so the instant is the same "
-            "on every host"
-        )
-    return int(when.timestamp() * 1000)
-
-
 def _parse_timestamp(name: str, raw: str) -> TimestampSpec:
-    return TimestampSpec(every_ms=_timestamp_ms(name, raw))
+    return TimestampSpec(every_ms=parse_timestamp_ms(name, raw))
 
 
 def _parse_timestamps_json(name: str, raw: str) -> TimestampSpec:
@@ -163,7 +133,7 @@ def _parse_timestamps_json(name: str, raw: str) -> TimestampSpec:
             recording_id = int(key)
         except ValueError:
             raise OptionError(f"option {name}: key {key!r} is not a recording id in {raw!r}") from None
-        times[recording_id] = _timestamp_ms(f"{name} (recording {key})", value)
+        times[recording_id] = parse_timestamp_ms(f"{name} (recording {key})", value)
     return TimestampSpec(per_recording_ms=times)
 
 

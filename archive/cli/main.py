@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from aeron_archive_spark.archive import constants as c
 
 if TYPE_CHECKING:
+    from aeron_archive_spark.archive.descriptor import RecordingDescriptor
     from aeron_archive_spark.archive.storage.catalog import Catalog
 
 log = logging.getLogger("aeron_archive_spark.archive.cli")
@@ -138,6 +139,13 @@ def _open_catalog(archive_dir: str) -> Catalog:
     return Catalog(archive_dir, writable=False)
 
 
+def _iso_ms(ms: int) -> str:
+    """A catalog timestamp (ms since the epoch) as ISO-8601 UTC, to the millisecond."""
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
     catalog = _open_catalog(args.dir)
     try:
@@ -148,15 +156,17 @@ def _cmd_list(args: argparse.Namespace) -> int:
         print(json.dumps([d.to_json_dict() for d in descriptors], indent=2))
         return 0
     header = (
-        f"{'id':>6} {'startPosition':>14} {'stopPosition':>14} {'bytes':>14} {'sessionId':>11} {'streamId':>8}  channel"
+        f"{'id':>6} {'startPosition':>14} {'stopPosition':>14} {'bytes':>14} {'sessionId':>11} {'streamId':>8}  "
+        f"{'started':<24} {'stopped':<24} channel"
     )
     print(header)
     for d in descriptors:
         stop = "active" if d.stop_position == c.NULL_POSITION else str(d.stop_position)
         size = "" if d.stop_position == c.NULL_POSITION else str(d.stop_position - d.start_position)
+        stopped = "" if d.stop_timestamp == c.NULL_TIMESTAMP else _iso_ms(d.stop_timestamp)
         print(
             f"{d.recording_id:>6} {d.start_position:>14} {stop:>14} {size:>14} {d.session_id:>11} "
-            f"{d.stream_id:>8}  {d.original_channel}"
+            f"{d.stream_id:>8}  {_iso_ms(d.start_timestamp):<24} {stopped:<24} {d.original_channel}"
         )
     return 0
 
@@ -176,8 +186,28 @@ def _cmd_describe(args: argparse.Namespace) -> int:
         {"name": name, "size": os.path.getsize(os.path.join(args.dir, name))}
         for name in segments.list_segment_files(args.dir, args.recording_id)
     ]
+    info["startTime"] = _iso_ms(descriptor.start_timestamp)
+    info["stopTime"] = None if descriptor.stop_timestamp == c.NULL_TIMESTAMP else _iso_ms(descriptor.stop_timestamp)
+    info["timeIndex"] = _time_index_info(args.dir, descriptor)
     print(json.dumps(info, indent=2))
     return 0
+
+
+def _time_index_info(archive_dir: str, descriptor: RecordingDescriptor) -> dict[str, object] | None:
+    """What the recording's time index dates: the positions and recorded times it covers, its bound."""
+    from aeron_archive_spark.archive.storage.time_index import read_time_index
+
+    stop = None if descriptor.stop_position == c.NULL_POSITION else descriptor.stop_position
+    index = read_time_index(archive_dir, descriptor.recording_id, descriptor.start_position, stop)
+    if index.is_empty:
+        return None
+    return {
+        "firstPosition": int(index.positions[0]),
+        "firstTime": _iso_ms(int(index.times_ns[0]) // 1_000_000),
+        "lastSampleTime": _iso_ms(int(index.times_ns[-1]) // 1_000_000),
+        "intervalNs": index.interval_ns,
+        "samples": len(index.positions),
+    }
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:

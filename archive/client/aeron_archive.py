@@ -40,6 +40,7 @@ from aeron_archive_spark.archive.constants import (
     NULL_COUNTER_ID,
     NULL_POSITION,
     REPLAY_ALL_AND_FOLLOW,
+    TIME_INDEX_FEATURE,
     ControlResponseCode,
     RecordingSignal,
     SourceLocation,
@@ -113,8 +114,12 @@ class AeronArchive:
         archive_id: int = NULL_POSITION,
         control_request_channel: str = CONTROL_CHANNEL_DEFAULT,
         control_request_stream_id: int = CONTROL_STREAM_ID_DEFAULT,
+        features: frozenset[str] = frozenset(),
     ) -> None:
         self.aeron = aeron
+        # What the archive answers beyond Aeron's protocol (this project's archive says so when it accepts the
+        # connect; Java's says nothing): a request it would leave unanswered fails at once instead of timing out.
+        self.features = features
         self.control_request_channel = control_request_channel
         self.control_request_stream_id = control_request_stream_id
         self._owns_aeron = owns_aeron
@@ -146,6 +151,7 @@ class AeronArchive:
             connected.archive_id,
             connected.control_request_channel,
             connected.control_request_stream_id,
+            connected.features,
         )
 
     # -- connect / close -----------------------------------------------------------------------------------
@@ -835,11 +841,27 @@ class AeronArchive:
         return self._request_ok(lambda ids: m.PurgeRecordingRequest.of(**ids, recording_id=recording_id))
 
     # -- the time index (this project's requests, beyond Aeron's schema: Java's archive does not answer them) ------
+    @property
+    def answers_time_index(self) -> bool:
+        """Whether the archive answers `position_at_time` and `time_index` (this project's archive does; Java's
+        archive ignores requests it does not know, so asking it would only wait out the message timeout)."""
+        return TIME_INDEX_FEATURE in self.features
+
+    def _require_time_index(self) -> None:
+        if not self.answers_time_index:
+            raise ArchiveError(
+                f"the archive at {self.control_request_channel} stream {self.control_request_stream_id} does not "
+                "answer time index requests (an Aeron Java archive, or an older one of this project): it keeps no "
+                "time index",
+                ErrorCode.GENERIC,
+            )
+
     def position_at_time(self, recording_id: int, timestamp_ns: int) -> int:
         """The first position of the recording whose recorded time is at or after `timestamp_ns` (epoch ns), or
         NULL_POSITION (-1) when every recorded time is earlier (`TimeIndex.position_at_or_after` on the archive's
         index, within the recording's start and recorded position). Raises `ArchiveError` for an unknown recording
         (UNKNOWN_RECORDING), one without a time index, or a time before its index began (the message says which)."""
+        self._require_time_index()
         return self._request_ok(
             lambda ids: m.PositionAtTimeRequest.of(**ids, recording_id=recording_id, timestamp_ns=timestamp_ns)
         )
@@ -849,6 +871,7 @@ class AeronArchive:
         its recorded position), as `read_time_index` gives them from the archive's disk: the governing sample of
         `from_position` moved to it, then the later ones. The answer comes in as many TimeIndexSamples messages
         as it needs, then an OK with their count; the message timeout runs from the last one received."""
+        self._require_time_index()
         with self._lock:
             correlation_id, name = self._request(
                 lambda ids: m.TimeIndexRequest.of(

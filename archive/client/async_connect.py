@@ -25,6 +25,7 @@ from aeron_archive_spark.archive.codecs import templates as t
 from aeron_archive_spark.archive.constants import (
     CONTROL_MTU_LENGTH_DEFAULT,
     CONTROL_TERM_LENGTH_DEFAULT,
+    FEATURES_PREFIX,
     NULL_POSITION,
     PROTOCOL_SEMANTIC_VERSION,
     ControlResponseCode,
@@ -71,6 +72,16 @@ def control_channel_with_defaults(channel: str) -> str:
     return str(uri.with_params(**extra)) if extra else channel
 
 
+def archive_features(connect_message: str) -> frozenset[str]:
+    """The extensions an archive says it answers, from the text of its OK to the connect (`features=a,b`; see
+    `constants.ARCHIVE_FEATURES`). Java's archive sends none (an empty text, which Java's client
+    never reads on an OK), so a client asks it nothing it would leave unanswered."""
+    text = connect_message.strip()
+    if not text.startswith(FEATURES_PREFIX):
+        return frozenset()
+    return frozenset(part.strip() for part in text[len(FEATURES_PREFIX) :].split(",") if part.strip())
+
+
 @dataclass(frozen=True, slots=True)
 class Connected:
     """What a finished connect hands over: the request publication (in its proxy), the response subscription (in
@@ -85,6 +96,7 @@ class Connected:
     message_timeout_ns: int
     control_request_channel: str  # as given (a response-channel replay is asked for on a publication to it)
     control_request_stream_id: int
+    features: frozenset[str] = frozenset()  # what this project's archive answers beyond Aeron's protocol
 
 
 class AsyncConnect:
@@ -126,6 +138,7 @@ class AsyncConnect:
         self._poller: ResponsePoller | None = None
         self._correlation_id = NULL_POSITION
         self._control_session_id = NULL_POSITION
+        self._features: frozenset[str] = frozenset()
         self._closed = False
 
     # ---- stepping ---------------------------------------------------------------------------------------------
@@ -191,6 +204,7 @@ class AsyncConnect:
                     self._timeout_ns,
                     self.request_channel,
                     self.request_stream_id,
+                    self._features,
                 )
                 self._publication = self._subscription = self._proxy = self._poller = None  # the session's now
                 return connected
@@ -250,6 +264,7 @@ class AsyncConnect:
             if msg.template_id == t.CONTROL_RESPONSE and msg.correlation_id == correlation_id:
                 if msg.code == ControlResponseCode.OK:
                     self._control_session_id = msg.relevant_id  # ControlResponse.relevantId, an int64
+                    self._features = archive_features(msg.error_message)
                     return True
                 if msg.relevant_id == ErrorCode.AUTHENTICATION_REJECTED:
                     hint = "" if self._credentials else "; no credentials were given, and this archive requires them"

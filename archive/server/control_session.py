@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from aeron_archive_spark.archive.channel import ChannelError, ChannelUri
 from aeron_archive_spark.archive.codecs import messages as m
 from aeron_archive_spark.archive.constants import (
+    ARCHIVE_FEATURES,
     CONTROL_MTU_LENGTH_DEFAULT,
     CONTROL_RESEND_INTERVAL_NS,
     CONTROL_TERM_LENGTH_DEFAULT,
@@ -181,7 +182,11 @@ class ControlSession:
                 return self._resend(
                     now,
                     lambda: self._proxy.control_response(
-                        self.control_session_id, self.correlation_id, self.control_session_id, ControlResponseCode.OK
+                        self.control_session_id,
+                        self.correlation_id,
+                        self.control_session_id,
+                        ControlResponseCode.OK,
+                        ARCHIVE_FEATURES,
                     ),
                 )
             if state is ControlSessionState.REJECTED:

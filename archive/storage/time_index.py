@@ -26,7 +26,7 @@ import logging
 import os
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -219,12 +219,32 @@ def read_time_index(
     purge that moved the start inside a segment still dates its bytes. A file that is not a time index raises
     `TimeIndexError` naming it.
     """
+    return _read_paths(_index_files(archive_dir, recording_id), recording_id, start_position, stop_position)
+
+
+def read_segment_time_index(
+    archive_dir: str | os.PathLike[str],
+    recording_id: int,
+    base_positions: Iterable[int],
+    start_position: int | None = None,
+    stop_position: int | None = None,
+) -> TimeIndex:
+    """`read_time_index` from the `.tix` files of the segments at `base_positions` only, opened by name (no
+    directory listing: a read of many small recordings opens one or two files each)."""
+    directory = os.fspath(archive_dir)
+    paths = [os.path.join(directory, time_index_file_name(recording_id, base)) for base in base_positions]
+    return _read_paths(paths, recording_id, start_position, stop_position)
+
+
+def _read_paths(
+    paths: Iterable[str], recording_id: int, start_position: int | None, stop_position: int | None
+) -> TimeIndex:
     chunks: list[npt.NDArray[np.void]] = []
     interval = 0
-    for path in _index_files(archive_dir, recording_id):
+    for path in paths:
         try:
             fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:  # deleted by a purge while listing
+        except FileNotFoundError:  # none for this segment, or deleted by a purge meanwhile
             continue
         try:
             interval = max(interval, _read_header(fd, path))
@@ -234,70 +254,6 @@ def read_time_index(
     samples = np.concatenate(chunks) if chunks else np.empty(0, dtype=_SAMPLE_DTYPE)
     times, positions = _within(samples, start_position, stop_position)
     return TimeIndex(recording_id, times, positions, interval)
-
-
-def _first_sample(path: str) -> tuple[int, int] | None:
-    """(time ns, position) of a file's first sample, None if it has none (or is not a time index)."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(HEADER_LENGTH + SAMPLE_LENGTH)
-    except FileNotFoundError:
-        return None
-    if len(raw) < HEADER_LENGTH + SAMPLE_LENGTH or raw[:8] != MAGIC:
-        return None
-    time_ns, position = SAMPLE.unpack_from(raw, HEADER_LENGTH)
-    return int(time_ns), int(position)
-
-
-@dataclass(frozen=True, slots=True)
-class TimeLookup:
-    """The answer to "where does time t begin in this recording": the first position whose recorded time is >= t
-    (None when every sample is earlier), and where the index begins (None: the recording has no index)."""
-
-    position: int | None
-    first_position: int | None
-    first_time_ns: int | None
-    interval_ns: int
-
-
-def find_position_at_time(
-    archive_dir: str | os.PathLike[str],
-    recording_id: int,
-    time_ns: int,
-    start_position: int | None = None,
-    stop_position: int | None = None,
-) -> TimeLookup:
-    """`position_at_or_after(time_ns)` without reading a long recording's whole index: each file starts its own
-    segment, so files are searched by their first sample's time, then only the file holding the time is read (the
-    answer is in it, or is the next file's first sample)."""
-    paths = _index_files(archive_dir, recording_id)
-    dated = [(first, path) for path in paths if (first := _first_sample(path)) is not None]
-    if len(dated) <= 2:
-        index = read_time_index(archive_dir, recording_id, start_position, stop_position)
-        return TimeLookup(
-            index.position_at_or_after(time_ns),
-            index.first_position,
-            int(index.times_ns[0]) if len(index.times_ns) else None,
-            index.interval_ns,
-        )
-    first_times = np.asarray([first[0] for first, _ in dated], dtype=np.int64)
-    k = max(0, int(np.searchsorted(first_times, time_ns, side="left")) - 1)
-    chosen = [path for _, path in dated[k : k + 2]]
-    times, positions = _within(np.concatenate([read_samples(path) for path in chosen]), start_position, stop_position)
-    at = int(np.searchsorted(times, time_ns, side="left"))
-    position = int(positions[at]) if at < len(positions) else None
-    head_time, head_position = dated[0][0]
-    first_position = head_position if start_position is None else max(head_position, start_position)
-    interval = max(_read_interval(path) for path in chosen)
-    return TimeLookup(position, first_position, head_time, interval)
-
-
-def _read_interval(path: str) -> int:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return _read_header(fd, path)
-    finally:
-        os.close(fd)
 
 
 class TimeIndexWriter:

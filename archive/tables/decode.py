@@ -44,6 +44,7 @@ from aeron_archive_spark.archive.storage.frames import (
     position_bits_to_shift,
     scan_frames,
 )
+from aeron_archive_spark.archive.storage.time_index import TimeIndex
 from aeron_archive_spark.archive.tables.chunks import ChunkSource
 from aeron_archive_spark.archive.tables.payload import PayloadDecoder
 from aeron_archive_spark.archive.tables.ranges import ReadRange
@@ -61,10 +62,25 @@ _RESERVED = struct.Struct("<q")
 _INT64 = pa.int64()
 _INT32 = pa.int32()
 _FIXED_SCHEMA = pa.schema(FIXED_FIELDS)
+_TIMESTAMP = _FIXED_SCHEMA.field("timestamp").type
 
 # Batches smaller than this (tiny replay chunks) are merged before being handed to Spark, whose per-batch cost
 # would otherwise dominate.
 MIN_BATCH_BYTES = 1024 * 1024
+
+
+def timestamp_column(times: TimeIndex | None, positions: np.ndarray) -> pa.Array:
+    """The `timestamp` column of messages at `positions`: when the archive recorded each (µs since the epoch, UTC),
+    null where the time index does not date it."""
+    n = int(positions.size)
+    if times is None or times.is_empty:
+        return pa.nulls(n, _TIMESTAMP)
+    ns = times.times_at(np.ascontiguousarray(positions, dtype=np.int64))
+    unknown = ns < 0
+    micros = ns // 1000
+    if bool(unknown.any()):
+        return pa.array(micros, type=_TIMESTAMP, mask=unknown)
+    return pa.Array.from_buffers(_TIMESTAMP, n, [None, pa.py_buffer(micros)])
 
 
 def binary_column(chunk: np.ndarray, starts: np.ndarray, lengths: np.ndarray, stride: int = 0) -> pa.Array:
@@ -169,6 +185,7 @@ class DecodedRows:
         "reserved",
         "session_id",
         "stream_id",
+        "times",
     )
 
     def __init__(
@@ -180,12 +197,14 @@ class DecodedRows:
         reserved: list[int],
         lengths: list[int],
         data: bytes,
+        times: TimeIndex | None = None,
     ) -> None:
         self.recording_id, self.session_id, self.stream_id = recording_id, session_id, stream_id
         self.positions, self.reserved, self.lengths, self.data = positions, reserved, lengths, data
+        self.times = times  # the recording's time index, which dates the rows when they are built
         self.num_rows = len(positions)
-        # What the built columns will hold: three 8-byte and two 4-byte values, a 4-byte offset and the value, a row.
-        self.nbytes = self.num_rows * 36 + len(data)
+        # What the built columns will hold: four 8-byte and two 4-byte values, a 4-byte offset and the value, a row.
+        self.nbytes = self.num_rows * 44 + len(data)
 
 
 def _rows_batch(rows: list[DecodedRows]) -> pa.RecordBatch:
@@ -210,8 +229,21 @@ def _rows_batch(rows: list[DecodedRows]) -> pa.RecordBatch:
         _int_array(streams, np.int32, _INT32),
         _int_array(reserved, np.int64, _INT64),
         values,
+        _rows_timestamps(rows, positions),
     ]
     return pa.RecordBatch.from_arrays(columns, names=_FIXED_SCHEMA.names)
+
+
+def _rows_timestamps(rows: list[DecodedRows], positions: np.ndarray) -> pa.Array:
+    """The `timestamp` column of `rows` (of several recordings, each dated by its own time index)."""
+    if len(rows) == 1 or all(r.times is rows[0].times for r in rows):
+        return timestamp_column(rows[0].times, positions)
+    parts = []
+    at = 0
+    for r in rows:
+        parts.append(timestamp_column(r.times, positions[at : at + r.num_rows]))
+        at += r.num_rows
+    return pa.concat_arrays(parts)
 
 
 def merge_decoded(items: list[pa.RecordBatch | DecodedRows]) -> pa.RecordBatch:
@@ -252,10 +284,13 @@ class RangeDecoder:
         payload: PayloadDecoder | None = None,
         min_batch_bytes: int = MIN_BATCH_BYTES,
         defer_small: bool = False,
+        times: TimeIndex | None = None,
     ) -> None:
         """`defer_small`: `items()` may give a few whole messages of the fixed columns as `DecodedRows` (see there),
-        for a caller that merges them with other ranges' (`read_ranges`); `batches()` never does."""
+        for a caller that merges them with other ranges' (`read_ranges`); `batches()` never does. `times`: the
+        recording's time index over the partition, which dates the rows (None: `timestamp` is null)."""
         self._p = partition
+        self._times = times
         facts = partition.recording
         self._rid = facts.recording_id
         self._session_id = facts.session_id
@@ -535,6 +570,7 @@ class RangeDecoder:
             reserved.tolist(),
             value_lengths.tolist(),
             data,
+            self._times,
         )
 
     def _small_rows(
@@ -574,7 +610,14 @@ class RangeDecoder:
         if done:
             self._done = True
         return DecodedRows(
-            self._rid, self._session_id, self._stream_id, positions, reserved, value_lengths, b"".join(parts)
+            self._rid,
+            self._session_id,
+            self._stream_id,
+            positions,
+            reserved,
+            value_lengths,
+            b"".join(parts),
+            self._times,
         )
 
     def _build(
@@ -604,6 +647,7 @@ class RangeDecoder:
             _int_array(np.full(n, self._stream_id, dtype=np.int32), np.int32, _INT32),
             _int_array(reserved, np.int64, _INT64),
             values,
+            timestamp_column(self._times, positions),
         ]
         if self._payload is not None:
             extra = self._payload.decode(values, positions, self._rid)

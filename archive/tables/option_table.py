@@ -18,6 +18,7 @@ import difflib
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from enum import Flag, auto
 from types import MappingProxyType
 from typing import Any
@@ -123,6 +124,36 @@ def parse_duration_ms(name: str, raw: str) -> int:
     if match is None:
         raise bad_value(name, raw, "a duration such as 250ms, 30s, 15m or 1h")
     return int(float(match.group(1)) * _DURATION_MS[(match.group(2) or "").lower()])
+
+
+def parse_timestamp_ms(name: str, raw: object) -> int:
+    """Milliseconds since the epoch: an integer, or an ISO-8601 time with its zone (`2026-11-28T09:30:00Z`)."""
+    if isinstance(raw, bool):
+        raise OptionError(f"option {name}: {raw!r} is not a time")
+    if isinstance(raw, int):
+        value = raw
+    else:
+        text = str(raw).strip()
+        value = int(text) if text.isdigit() else _iso_ms(name, raw, text)
+    if value < 0:
+        raise OptionError(f"option {name}: a time must be >= 0 ms since the epoch, got {value}")
+    return value
+
+
+def _iso_ms(name: str, raw: object, text: str) -> int:
+    try:
+        when = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+    except ValueError:
+        raise OptionError(
+            f"option {name}: {raw!r} is not a time: give milliseconds since the epoch or an ISO-8601 time with its "
+            "zone, such as 2026-11-28T09:30:00Z"
+        ) from None
+    if when.tzinfo is None:
+        raise OptionError(
+            f"option {name}: {raw!r} has no time zone: add one (Z for UTC, or +01:00), so the instant is the same "
+            "on every host"
+        )
+    return int(when.timestamp() * 1000)
 
 
 def parse_id_list(name: str, raw: str) -> tuple[int, ...]:

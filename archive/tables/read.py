@@ -25,6 +25,7 @@ from aeron_archive_spark.archive.storage.frames import FrameScan, scan_frames
 from aeron_archive_spark.archive.tables.chunks import ChunkSource, DiskChunkSource
 from aeron_archive_spark.archive.tables.decode import MIN_BATCH_BYTES, DecodedRows, RangeDecoder, merge_decoded
 from aeron_archive_spark.archive.tables.payload import PayloadDecoder
+from aeron_archive_spark.archive.tables.range_times import range_time_index
 from aeron_archive_spark.archive.tables.ranges import ReadLocation, ReadRange, Replicas, SegmentFiles
 from aeron_archive_spark.archive.tables.replay_chunks import ReplayChunkSource
 from aeron_archive_spark.archive.tables.replica_chunks import COPY_FAILURES, ReplicaChunkSource
@@ -89,7 +90,7 @@ def _read_items(
     scanned = getattr(chunk_source, "iter_scanned_chunks", None)
     chunks = scanned(read_range) if scanned is not None else chunk_source.iter_chunks(read_range)
     decoding = (_StopDecoder if read_range.ends_at_stop else RangeDecoder)(
-        read_range, schema, decoder, min_batch_bytes, defer_small=defer_small
+        read_range, schema, decoder, min_batch_bytes, defer_small=defer_small, times=range_time_index(read_range)
     )
     yield from decoding.items(chunks)
     log.debug(

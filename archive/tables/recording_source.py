@@ -48,7 +48,12 @@ from aeron_archive_spark.archive.constants import (
     NULL_POSITION,
 )
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
-from aeron_archive_spark.archive.exceptions import ArchiveDisconnectedError, ArchiveError, ArchiveTimeoutError
+from aeron_archive_spark.archive.exceptions import (
+    ArchiveDisconnectedError,
+    ArchiveError,
+    ArchiveTimeoutError,
+    ErrorCode,
+)
 from aeron_archive_spark.archive.storage.catalog import Catalog
 from aeron_archive_spark.archive.storage.frames import (
     BEGIN_FRAG_FLAG,
@@ -59,7 +64,12 @@ from aeron_archive_spark.archive.storage.frames import (
     scan_frames,
 )
 from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
-from aeron_archive_spark.archive.storage.time_index import TimeIndexError, find_position_at_time
+from aeron_archive_spark.archive.storage.time_index import TimeIndexError
+from aeron_archive_spark.archive.storage.time_index_search import (
+    RecordingGeometry,
+    RecordingTimeIndex,
+    TimeIndexUnavailable,
+)
 from aeron_archive_spark.archive.tables.chunks import ChunkSource, DiskChunkSource
 from aeron_archive_spark.archive.tables.option_table import OptionError
 from aeron_archive_spark.archive.tables.options import SourceOptions
@@ -80,6 +90,7 @@ T = TypeVar("T")
 _SCAN_CHUNK = 256 * 1024
 _TAIL_CHUNK = 1024 * 1024
 _NS_PER_MS = 1_000_000
+_BY_POSITION = "; read it by position (startingPosition/endingPosition) instead"
 
 
 class RecordingNotFoundError(LookupError):
@@ -165,20 +176,6 @@ class RecordingSource(ABC):
                 return None
             raise
         return position if position is not None and position < end else None
-
-    def _no_time_index(self, descriptor: RecordingDescriptor, first_position: int | None) -> TimeIndexMissingError:
-        rid = descriptor.recording_id
-        if first_position is None:
-            return TimeIndexMissingError(
-                f"recording {rid} has no time index in the {self.describe()}: it was recorded by Java's archive, "
-                "with the time index off (serve --time-index-interval off) or before the index existed; read it by "
-                "position (startingPosition/endingPosition) instead"
-            )
-        return TimeIndexMissingError(
-            f"recording {rid}: its time index begins at position {first_position} (the bytes from its start "
-            f"{descriptor.start_position} were recorded before the index existed), so the time asked for cannot "
-            "be placed; ask for a later time, or read by position"
-        )
 
     def selected(self) -> dict[int, RecordingDescriptor]:
         """The selected recordings by id, ascending; explicitly named ids that do not exist raise."""
@@ -504,19 +501,18 @@ class DiskRecordingSource(RecordingSource):
         return position
 
     def _position_at_time(self, descriptor: RecordingDescriptor, time_ns: int, end: int) -> int | None:
-        try:
-            found = find_position_at_time(
-                self.archive_dir, descriptor.recording_id, time_ns, descriptor.start_position, end
-            )
-        except TimeIndexError as ex:
-            raise TimeIndexMissingError(f"recording {descriptor.recording_id}: {ex}") from ex
-        if found.first_position is None:
-            raise self._no_time_index(descriptor, None)
-        if found.first_position > descriptor.start_position and (
-            found.first_time_ns is None or time_ns <= found.first_time_ns
-        ):
-            raise self._no_time_index(descriptor, found.first_position)
-        return found.position
+        geometry = RecordingGeometry(
+            descriptor.recording_id,
+            descriptor.start_position,
+            end,
+            descriptor.term_buffer_length,
+            descriptor.segment_file_length,
+        )
+        try:  # the archive's own search (`PositionAtTimeRequest`): both read paths answer and fail alike
+            position = RecordingTimeIndex(self.archive_dir, geometry).position_at_or_after(time_ns)
+        except (TimeIndexUnavailable, TimeIndexError) as ex:
+            raise TimeIndexMissingError(f"{ex}{_BY_POSITION}") from ex
+        return None if position == NULL_POSITION else position
 
     def chunk_source(self) -> ChunkSource:
         return self._chunk_source
@@ -622,10 +618,18 @@ class RemoteRecordingSource(RecordingSource):
         return self.ask(f"the recorded position of recording {descriptor.recording_id}", position)
 
     def _position_at_time(self, descriptor: RecordingDescriptor, time_ns: int, end: int) -> int | None:
-        raise TimeIndexMissingError(
-            f"recording {descriptor.recording_id}: reading by time through a running archive is not available yet "
-            "(the archive's time index request is being added); read it with archiveDir, or by position"
-        )
+        rid = descriptor.recording_id
+
+        def lookup(archive: AeronArchive) -> int:
+            try:
+                return int(archive.position_at_time(rid, time_ns))
+            except ArchiveError as ex:
+                if ex.error_code != ErrorCode.GENERIC or isinstance(ex, ArchiveDisconnectedError | ArchiveTimeoutError):
+                    raise  # unknown recording, or no answer: not about the time index
+                raise TimeIndexMissingError(f"{ex.message}{_BY_POSITION}") from ex
+
+        position = self.ask(f"the position of time {time_ns} ns in recording {rid}", lookup)
+        return None if position == NULL_POSITION else position
 
     def chunk_source(self) -> ChunkSource:
         if self._chunk_source is None:

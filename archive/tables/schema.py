@@ -22,6 +22,9 @@ FIXED_FIELDS: tuple[pa.Field, ...] = (
     pa.field("streamId", pa.int32(), nullable=True),
     pa.field("reservedValue", pa.int64(), nullable=True),
     pa.field("value", pa.binary(), nullable=True),
+    # When the archive recorded the message (its time index, to within the index's interval); null where unknown:
+    # a recording without an index (Java's archive, the index off) or bytes recorded before it began.
+    pa.field("timestamp", pa.timestamp("us", tz="UTC"), nullable=True),
 )
 FIXED_NAMES = frozenset(f.name for f in FIXED_FIELDS)
 

@@ -33,7 +33,7 @@ def test_batch_read_returns_every_message_in_order_with_its_position_and_header_
     df = read(spark, source_options(harness, remote=path == "replay", recordingId=rec.recording_id,
                                     maxBytesPerPartition="64k"))
     assert df.schema.simpleString() == ("struct<recordingId:bigint,position:bigint,sessionId:int,streamId:int,"
-                                        "reservedValue:bigint,value:binary>")
+                                        "reservedValue:bigint,value:binary,timestamp:timestamp>")
     assert df.rdd.getNumPartitions() > 3
     rows = df.collect()
     assert [(r.position, bytes(r.value)) for r in rows] == rec.messages  # order, bytes and positions

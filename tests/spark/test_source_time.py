@@ -32,6 +32,7 @@ class Bursts:
         self.recording_id = h.await_signal(RecordingSignal.START, count=len(h.signals.of(RecordingSignal.START)) + 1
                                            ).recording_id
         self.starts_ms: list[int] = []
+        self.ends_us: list[int] = []
         self.positions: list[list[int]] = []
 
     def publish(self, bursts: int, count: int = 25) -> None:
@@ -41,6 +42,7 @@ class Bursts:
             spans = offer_all(self.publication, payloads_of([300] * count, seed=len(self.starts_ms)))
             self.positions.append([start for start, _ in spans])
             wait_for(lambda: self.h.client.get_recording_position(self.recording_id) == self.publication.position)
+            self.ends_us.append(time.time_ns() // 1000)
         time.sleep(GAP_S)
 
     def between(self, first: int, last: int) -> list[int]:
@@ -62,10 +64,14 @@ def read(spark, options) -> list[int]:
     return sorted(r.position for r in reader.load().select("position").collect())
 
 
-def test_time_windows_give_exactly_the_messages_recorded_inside_them(spark, harness):
-    feed = Bursts(harness, 7801)
+PATHS = pytest.mark.parametrize("remote", [False, True], ids=["archiveDir", "replay"])
+
+
+@PATHS
+def test_time_windows_give_exactly_the_messages_recorded_inside_them(spark, harness, remote):
+    feed = Bursts(harness, 7801 + 10 * remote)
     feed.publish(5)
-    options = source_options(harness, recordingId=feed.recording_id)
+    options = source_options(harness, remote=remote, recordingId=feed.recording_id)
     for first, last in ((0, 5), (1, 3), (2, 4), (4, 5)):
         window = {**options, "startingTimestamp": feed.starts_ms[first]}
         if last < len(feed.starts_ms):
@@ -82,33 +88,64 @@ def test_time_windows_give_exactly_the_messages_recorded_inside_them(spark, harn
     assert read(spark, {**options, "startingTimestamp": 0, "endingTimestamp": feed.starts_ms[1]}) == feed.between(0, 1)
 
 
-def test_no_message_that_late_fails_or_starts_at_the_end(spark, harness):
-    feed = Bursts(harness, 7802)
+@PATHS
+def test_the_timestamp_column_dates_each_message_within_the_bound(spark, harness, remote):
+    feed = Bursts(harness, 7805 + 10 * remote)
+    feed.publish(4)
+    reader = spark.read.format("aeron-archive")
+    for key, value in source_options(harness, remote=remote, recordingId=feed.recording_id,
+                                     maxBytesPerPartition="8k").items():
+        reader = reader.option(key, value)
+    rows = reader.load().select("position", "timestamp").orderBy("position").collect()
+    assert [r.position for r in rows] == feed.between(0, 4)
+    micros = [int(r.timestamp.timestamp() * 1_000_000) for r in rows]
+    assert micros == sorted(micros)  # never decreasing along positions
+    at = 0
+    for burst, positions in enumerate(feed.positions):
+        for _ in positions:
+            # recorded after the burst was offered (the sample before it by less than the 10 ms bound), and
+            # before the archive showed it recorded
+            assert feed.starts_ms[burst] * 1000 - 10_000 < micros[at] <= feed.ends_us[burst], (burst, at)
+            at += 1
+
+
+@PATHS
+def test_no_message_that_late_fails_or_starts_at_the_end(spark, harness, remote):
+    feed = Bursts(harness, 7802 + 10 * remote)
     feed.publish(2)
     late = time.time_ns() // 1_000_000 + 60_000
-    options = source_options(harness, recordingId=feed.recording_id, startingTimestamp=late)
+    options = source_options(harness, remote=remote, recordingId=feed.recording_id, startingTimestamp=late)
     with pytest.raises(Exception, match=f"recording {feed.recording_id} has no message recorded at or after .*"
                                         "startingPositionByTimestampStrategy=latest"):
         read(spark, options)
     assert read(spark, {**options, "startingPositionByTimestampStrategy": "latest"}) == []
 
 
-def test_a_recording_without_a_time_index_is_named(spark, harness):
-    feed = Bursts(harness, 7803)
+@PATHS
+def test_a_recording_without_a_time_index_is_named(spark, harness, remote):
+    feed = Bursts(harness, 7803 + 10 * remote)
     feed.publish(2)
     for path in glob.glob(os.path.join(harness.ctx.archive_dir, f"{feed.recording_id}-*.tix")):
         os.remove(path)  # as a recording of Java's archive, or one recorded with the index off
-    options = source_options(harness, recordingId=feed.recording_id, startingTimestamp=feed.starts_ms[1])
+    options = source_options(harness, remote=remote, recordingId=feed.recording_id,
+                             startingTimestamp=feed.starts_ms[1])
     with pytest.raises(Exception, match=f"recording {feed.recording_id} has no time index .* read it by position"):
         read(spark, options)
     # the catalog's start timestamp still places a time before the recording began, with no index
     assert read(spark, {**options, "startingTimestamp": 0}) == feed.between(0, 2)
+    # and its rows' timestamp is null: nothing dates them
+    reader = spark.read.format("aeron-archive")
+    for key, value in source_options(harness, remote=remote, recordingId=feed.recording_id).items():
+        reader = reader.option(key, value)
+    assert reader.load().where("timestamp is not null").count() == 0
 
 
-def test_a_streaming_query_started_at_a_time_on_a_live_recording(spark, harness, tmp_path):
-    feed = Bursts(harness, 7804)
+@PATHS
+def test_a_streaming_query_started_at_a_time_on_a_live_recording(spark, harness, tmp_path, remote):
+    feed = Bursts(harness, 7804 + 10 * remote)
     feed.publish(3)
-    options = source_options(harness, recordingId=feed.recording_id, startingTimestamp=feed.starts_ms[1])
+    options = source_options(harness, remote=remote, recordingId=feed.recording_id,
+                             startingTimestamp=feed.starts_ms[1])
     collector = Collector()
     query = stream(spark, options, collector, tmp_path / "cp")
     try:

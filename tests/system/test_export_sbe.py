@@ -21,7 +21,7 @@ SCHEMAS = Path(__file__).resolve().parents[1] / "unit" / "sbe_schemas"
 BOOK = str(SCHEMAS / "book.xml")
 CAR = str(SCHEMAS / "car.xml")
 CHANNEL = f"aeron:ipc?term-length={SMALL_TERM}"
-FIXED = ("recordingId", "position", "sessionId", "streamId", "reservedValue", "value")
+FIXED = ("recordingId", "position", "sessionId", "streamId", "reservedValue", "value", "timestamp")
 
 
 @pytest.fixture

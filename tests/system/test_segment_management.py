@@ -59,9 +59,14 @@ def replay(h: Harness, recording_id: int, position: int, count: int, stream_id: 
 
 
 def files_of(h: Harness, recording_id: int) -> list[str]:
+    """The recording's segment files (`.rec`, `.rec.del`); its time index files follow them: none is left
+    beside a segment that is gone."""
     prefix = f"{recording_id}-"
-    return sorted((n for n in os.listdir(h.ctx.archive_dir) if n.startswith(prefix)),
-                  key=lambda n: int(n[len(prefix):n.index(".")]))
+    names = [n for n in os.listdir(h.ctx.archive_dir) if n.startswith(prefix)]
+    segments = sorted((n for n in names if not n.endswith(".tix")), key=lambda n: int(n[len(prefix):n.index(".")]))
+    indexed = {n[: -len(".tix")] for n in names if n.endswith(".tix")}
+    assert indexed <= {n[: n.index(".rec")] for n in segments}, (indexed, segments)
+    return segments
 
 
 def names(recording_id: int, *segments: int) -> list[str]:

@@ -143,3 +143,42 @@ def test_index_survives_kill_9_and_goes_on_with_the_extension(aeron_dir, tmp_pat
         extension.close()
     finally:
         h.close()
+
+
+def test_cli_shows_time_ranges_and_exports_a_time_window(aeron_dir, tmp_path, capsys):
+    import json
+
+    import pyarrow.parquet as pq
+
+    from aeron_archive_spark.archive.cli.main import main
+
+    h = Harness(aeron_dir, str(tmp_path / "archive"))
+    try:
+        h.client.start_recording(CHANNEL, 7720)
+        publication = h.client.aeron.add_exclusive_publication(CHANNEL, 7720)
+        recording_id = h.await_signal(RecordingSignal.START).recording_id
+        spans = publish_bursts(h.client, publication, recording_id, bursts=4, gap_s=0.05)
+        publication.close()
+        h.await_signal(RecordingSignal.STOP, recording_id)
+    finally:
+        h.close()
+    archive_dir = str(tmp_path / "archive")
+    capsys.readouterr()
+    assert main(["list", "--dir", archive_dir]) == 0
+    listed = capsys.readouterr().out
+    assert "started" in listed and time.strftime("%Y-%m-%dT", time.gmtime()) in listed
+    assert main(["describe", "--dir", archive_dir, str(recording_id)]) == 0
+    described = json.loads(capsys.readouterr().out)
+    assert described["timeIndex"]["firstPosition"] == 0 and described["timeIndex"]["intervalNs"] == INTERVAL_NS
+    assert described["startTime"].endswith("Z") and described["stopTime"] is not None
+
+    burst_before = [s[2] for s in spans[::40]]  # wall ns before each burst of 40
+    out = tmp_path / "window.parquet"
+    assert main(["export", str(recording_id), "--dir", archive_dir, "--to", str(out), "--no-progress",
+                 "--from", str(burst_before[1] // 1_000_000), "--until", str(burst_before[3] // 1_000_000)]) == 0
+    table = pq.read_table(out)
+    framed = (700 + 32 + 31) & ~31  # a message may start a term later than offer_all's start (a PAD before it)
+    assert table.column("position").to_pylist() == [s[1] - framed for s in spans[40:120]]
+    assert table.column("timestamp").null_count == 0
+    bad = main(["export", str(recording_id), "--dir", archive_dir, "--to", str(out), "--from", "noon"])
+    assert bad == 2 and "--from: 'noon' is not a time" in capsys.readouterr().err

@@ -9,7 +9,7 @@ import pytest
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
 from aeron_archive_spark.archive.tables.options import SourceOptions
 from aeron_archive_spark.archive.tables.ranges import SegmentFiles
-from aeron_archive_spark.archive.tables.recording_source import RecordingSource
+from aeron_archive_spark.archive.tables.recording_source import TimeIndexMissingError, RecordingSource
 from unit.test_connector_decode import INITIAL_TERM_ID, SESSION_ID, STREAM_ID, TERM, Stream, random_stream
 
 
@@ -51,6 +51,9 @@ class FakeSource(RecordingSource):
 
     def location(self):
         return SegmentFiles("/x")
+
+    def _position_at_time(self, descriptor, time_ns, end):
+        raise TimeIndexMissingError("the fake source has no time index")
 
 
 def message_boundaries(s: Stream) -> list[int]:

@@ -364,3 +364,10 @@ def test_encode_of_an_empty_batch_is_an_empty_binary_array():
                      | {"symbol": pa.array([], pa.string()), "side": pa.array([], pa.string())})
     out = encoder.encode(empty)
     assert out.type == pa.binary() and len(out) == 0
+
+
+def test_decoded_fields_yield_to_every_fixed_source_column():
+    from aeron_archive_spark.archive.tables.sbe.columns import RESERVED_COLUMNS
+    from aeron_archive_spark.archive.tables.schema import FIXED_FIELDS
+
+    assert RESERVED_COLUMNS == tuple(f.name for f in FIXED_FIELDS)

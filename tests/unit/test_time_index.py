@@ -19,7 +19,6 @@ from aeron_archive_spark.archive.storage.time_index import (
     TimeIndexError,
     TimeIndexWriter,
     companion_name,
-    find_position_at_time,
     read_time_index,
     time_index_file_name,
 )
@@ -223,24 +222,3 @@ def test_an_unwritable_index_never_stops_the_recording(tmp_path: Path) -> None:
 def _extent(builder: StreamBuilder, stop: int) -> segments.RecordingExtent:
     return make_descriptor(start_position=builder.start_position, stop_position=stop)
 
-
-def test_finding_a_time_reads_one_file_and_agrees_with_the_whole_index(tmp_path: Path) -> None:
-    builder = StreamBuilder().append_many([300] * 3000)  # ~7 segments, so the file search is used
-    offered = record(tmp_path, builder, SteppedClock(step=3 * MS))
-    assert len(segments.segment_files(tmp_path, 0)) > 4
-    stop = builder.position
-    whole = read_time_index(tmp_path, 0, 0, stop)
-    times = [offered[0][1] - MS, *(t + d for _, t in offered[::7] for d in (-MS, 0, 1))]
-    times.append(offered[-1][1] + 20 * MS)
-    for t in times:
-        found = find_position_at_time(tmp_path, 0, t, 0, stop)
-        assert found.position == whole.position_at_or_after(t), t
-        assert found.first_position == whole.first_position == 0
-        assert found.interval_ns == 10 * MS
-    # after a purge of the first segments, answers start at the new start
-    for f in segments.segment_files(tmp_path, 0)[:2]:
-        segments.delete_segment_file(tmp_path, f.name)
-    new_start = 2 * SEGMENT_LENGTH
-    purged = read_time_index(tmp_path, 0, new_start, stop)
-    for t in times:
-        assert find_position_at_time(tmp_path, 0, t, new_start, stop).position == purged.position_at_or_after(t)

@@ -8,7 +8,7 @@ Mapping (one column per fixed-block leaf field, in schema order, then one per va
 
 - Names: the schema's field name; composite members are flattened to `<field>_<member>` (`price_mantissa`).
   A name that collides (case-insensitively, as Spark resolves columns) with a fixed source column (recordingId,
-  position, sessionId, streamId, reservedValue, value) becomes `<Message>_<name>`.
+  position, sessionId, streamId, reservedValue, value, timestamp) becomes `<Message>_<name>`.
 - Types: signed ints keep their width; unsigned ints widen because Spark has none (uint8 -> short,
   uint16 -> int, uint32 -> long, uint64 -> decimal(20,0), exact); float/double stay; char arrays and arrays with a
   characterEncoding -> string (cut at the first NUL); other byte arrays -> binary (all `length` bytes); enums ->
@@ -47,7 +47,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # The source's own columns; a decoded field may not shadow them (Spark matches names case-insensitively).
-RESERVED_COLUMNS = ("recordingId", "position", "sessionId", "streamId", "reservedValue", "value")
+# (`tables.schema.FIXED_FIELDS`, which imports this package's decoder: a test keeps the two lists equal)
+RESERVED_COLUMNS = ("recordingId", "position", "sessionId", "streamId", "reservedValue", "value", "timestamp")
 # With several templates decoded side by side, this column names the message each row holds.
 MESSAGE_COLUMN = "sbeMessage"
 # What an enum value missing from the schema decodes as (Java's generated `SBE_UNKNOWN`).

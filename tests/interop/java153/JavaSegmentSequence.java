@@ -234,7 +234,8 @@ public final class JavaSegmentSequence
     private static String files(final long recordingId)
     {
         final String prefix = recordingId + "-";
-        final String[] names = archiveDir.list((dir, name) -> name.startsWith(prefix));
+        // Our archive's time index files (<id>-<base>.tix, its own extension) have no Java counterpart.
+        final String[] names = archiveDir.list((dir, name) -> name.startsWith(prefix) && !name.endsWith(".tix"));
         if (null == names)
         {
             return "[]";
