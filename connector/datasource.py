@@ -80,6 +80,9 @@ class AeronArchiveDataSource(DataSource):
 
     - `sbeSchema`, `sbeMessage`: an SBE XML schema and its message: typed columns on reads, encoded on writes
     - `sbe.onError` (reads): fail, or null the decoded columns of a payload that does not decode; default fail
+    - `timestampField` (reads): a decoded column with each message's own time, placing reads by time in recordings
+      without a time index (assumed never to decrease; checked)
+    - `timestampFieldUnit` (reads): what one unit of timestampField is: ns, us, ms or s; default ns
 
     Spark writes:
 

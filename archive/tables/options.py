@@ -183,8 +183,27 @@ RECORDING_OPTIONS = OptionTable(
             Mode.READ,
             "on an undecodable payload: fail naming recording and position, or null the decoded columns",
         ),
+        OptionSpec(
+            "timestampField",
+            parse_string,
+            None,
+            Mode.READ,
+            "with sbeSchema: a decoded column holding each message's own time (e.g. transactTime): reads by time "
+            "place recordings without a time index (Java's, or recorded with it off) by it, assuming it never "
+            "decreases along the recording (checked: a decrease met fails the read, naming where)",
+        ),
+        OptionSpec(
+            "timestampFieldUnit",
+            choice_parser("ns", "us", "ms", "s"),
+            "ns",
+            Mode.READ,
+            "what one unit of timestampField is: ns (SBE's UTCTimestamp, CME's transactTime), us, ms or s",
+            "ns",
+        ),
     )
 )
+
+TIMESTAMP_FIELD_UNITS_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 
 
 def connection_from_parsed(parsed: ParsedOptions) -> ConnectionOptions:
@@ -249,6 +268,8 @@ class SourceOptions:
     sbe_schema: str | None  # the schema's XML text (see archive.tables.sbe.columns.schema_text)
     sbe_message: str | None
     sbe_on_error: str
+    timestamp_field: str | None = None  # a decoded column giving each message's time (reads by time, no index)
+    timestamp_field_unit_ns: int = 1
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> SourceOptions:
@@ -281,7 +302,7 @@ class SourceOptions:
 
         selection = _selection(parsed)
         sbe_schema = parsed.get("sbeSchema")
-        for name in ("sbeMessage", "sbe.onError"):
+        for name in ("sbeMessage", "sbe.onError", "timestampField", "timestampFieldUnit"):
             if parsed.is_set(name) and sbe_schema is None:
                 raise OptionError(f"option {name} needs sbeSchema (the SBE XML schema to decode with)")
         if sbe_schema is not None and not os.path.isfile(sbe_schema):
@@ -299,6 +320,8 @@ class SourceOptions:
             sbe_schema=sbe_schema,
             sbe_message=parsed.get("sbeMessage"),
             sbe_on_error=parsed.get("sbe.onError", "fail"),
+            timestamp_field=parsed.get("timestampField"),
+            timestamp_field_unit_ns=TIMESTAMP_FIELD_UNITS_NS[parsed.get("timestampFieldUnit", "ns")],
         )
 
     def describe_location(self) -> str:

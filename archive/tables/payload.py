@@ -52,4 +52,25 @@ def payload_decoder(options: SourceOptions) -> PayloadDecoder | None:
     from aeron_archive_spark.archive.tables.sbe.decode import SbeDecoder
 
     decoder: PayloadDecoder = SbeDecoder(options.sbe_schema, options.sbe_message, options.sbe_on_error)
+    if options.timestamp_field is not None:
+        field_column_name(decoder, options.timestamp_field)  # a clear error now, not at the first read by time
     return decoder
+
+
+def field_column_name(decoder: PayloadDecoder, field: str) -> str:
+    """The decoded column `field` names (matched case-insensitively, as Spark does); a clear error listing the
+    integer columns otherwise."""
+    import pyarrow as pa
+
+    fields = decoder.arrow_fields()
+    for f in fields:
+        if f.name.lower() == field.lower():
+            if not (pa.types.is_integer(f.type) or pa.types.is_decimal(f.type) or pa.types.is_timestamp(f.type)):
+                raise ValueError(f"option timestampField: column {f.name!r} is {f.type}, not an integer time")
+            name: str = f.name
+            return name
+    candidates = [f.name for f in fields if pa.types.is_integer(f.type) or pa.types.is_decimal(f.type)]
+    raise ValueError(
+        f"option timestampField: no decoded column {field!r}; integer columns of the schema: "
+        + (", ".join(candidates) or "(none)")
+    )

@@ -71,8 +71,10 @@ from aeron_archive_spark.archive.storage.time_index_search import (
     TimeIndexUnavailable,
 )
 from aeron_archive_spark.archive.tables.chunks import ChunkSource, DiskChunkSource
+from aeron_archive_spark.archive.tables.field_times import FieldTimeSeek
 from aeron_archive_spark.archive.tables.option_table import OptionError
 from aeron_archive_spark.archive.tables.options import SourceOptions
+from aeron_archive_spark.archive.tables.payload import payload_decoder
 from aeron_archive_spark.archive.tables.ranges import (
     ReadLocation,
     ReadRange,
@@ -90,7 +92,10 @@ T = TypeVar("T")
 _SCAN_CHUNK = 256 * 1024
 _TAIL_CHUNK = 1024 * 1024
 _NS_PER_MS = 1_000_000
-_BY_POSITION = "; read it by position (startingPosition/endingPosition) instead"
+_BY_POSITION = (
+    "; read it by position (startingPosition/endingPosition) instead, or, with sbeSchema, name the messages' own "
+    "time field in timestampField"
+)
 
 
 class RecordingNotFoundError(LookupError):
@@ -163,19 +168,37 @@ class RecordingSource(ABC):
         """Where a read by time starts or ends: the first position below `end` whose message the archive recorded
         at or after `time_ns` (epoch ns), None when no message up to `end` was.
 
-        The catalog answers the ends without an index, so they work for any recording, Java's too: a time at or
-        before the recording's start timestamp is its start position, and one after a stopped recording's stop
-        timestamp has no message. Between them the time index decides.
+        The time index decides. Without one (Java's recordings, or the index off): with `timestampField`, the
+        messages' own time field (`field_times`); else the catalog still answers the ends, a time at or before the
+        recording's start timestamp being its start position and one after a stopped recording's stop timestamp
+        having no message, and any other time is an error naming the recording and what to do.
         """
-        if time_ns <= descriptor.start_timestamp * _NS_PER_MS:
-            return descriptor.start_position
         try:
             position = self._position_at_time(descriptor, time_ns, end)
         except TimeIndexMissingError:
+            options = self.options
+            if options.timestamp_field is not None:
+                return self._position_by_field(descriptor, time_ns, end)
+            if time_ns <= descriptor.start_timestamp * _NS_PER_MS:
+                return descriptor.start_position
             if not descriptor.is_active and time_ns >= (descriptor.stop_timestamp + 1) * _NS_PER_MS:
                 return None
             raise
         return position if position is not None and position < end else None
+
+    def _position_by_field(self, descriptor: RecordingDescriptor, time_ns: int, end: int) -> int | None:
+        decoder = payload_decoder(self.options)
+        assert decoder is not None and self.options.timestamp_field is not None  # options demand sbeSchema
+        seek = FieldTimeSeek(
+            descriptor,
+            end,
+            self.chunk_source(),
+            self.location(),
+            decoder,
+            self.options.timestamp_field,
+            self.options.timestamp_field_unit_ns,
+        )
+        return seek.position_at_or_after(time_ns)
 
     def selected(self) -> dict[int, RecordingDescriptor]:
         """The selected recordings by id, ascending; explicitly named ids that do not exist raise."""

@@ -16,9 +16,10 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
 from aeron_archive_spark.archive.descriptor import RecordingDescriptor
+from aeron_archive_spark.archive.tables.field_times import FieldOrderCheck
 from aeron_archive_spark.archive.tables.open_source import open_recording_source
 from aeron_archive_spark.archive.tables.option_table import OptionError
-from aeron_archive_spark.archive.tables.payload import PayloadDecoder, payload_decoder
+from aeron_archive_spark.archive.tables.payload import PayloadDecoder, field_column_name, payload_decoder
 from aeron_archive_spark.archive.tables.ranges import ReadRange
 from aeron_archive_spark.archive.tables.read import current_descriptors, read_ranges
 from aeron_archive_spark.archive.tables.recording_source import RecordingSource
@@ -85,7 +86,17 @@ class ReaderBase:
         readable = self._skip_lost_data(partition.read_ranges)
         if readable:
             after_loss = None if self.options.fail_on_data_loss else self._after_loss
-            yield from read_ranges(readable, self._arrow_schema, self._payload_decoder(), after_loss)
+            decoder = self._payload_decoder()
+            batches = read_ranges(readable, self._arrow_schema, decoder, after_loss)
+            field = self.options.recordings.timestamp_field
+            by_time = self.options.starting_time is not None or self.options.ending_time is not None
+            if field is None or decoder is None or not by_time:
+                yield from batches
+                return
+            # A window placed by the messages' own time field: its reads check the order it assumes.
+            order = FieldOrderCheck(field_column_name(decoder, field), self.options.recordings.timestamp_field_unit_ns)
+            for batch in batches:
+                yield order.check(batch)
 
     def _after_loss(self, read_range: ReadRange, error: Exception) -> ReadRange | None:
         """failOnDataLoss=false: a range whose read failed goes on with what is left of it if its recording lost

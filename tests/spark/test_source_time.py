@@ -129,7 +129,8 @@ def test_a_recording_without_a_time_index_is_named(spark, harness, remote):
         os.remove(path)  # as a recording of Java's archive, or one recorded with the index off
     options = source_options(harness, remote=remote, recordingId=feed.recording_id,
                              startingTimestamp=feed.starts_ms[1])
-    with pytest.raises(Exception, match=f"recording {feed.recording_id} has no time index .* read it by position"):
+    with pytest.raises(Exception, match=f"recording {feed.recording_id} has no time index .* read it by position"
+                                        ".* timestampField"):
         read(spark, options)
     # the catalog's start timestamp still places a time before the recording began, with no index
     assert read(spark, {**options, "startingTimestamp": 0}) == feed.between(0, 2)
@@ -155,3 +156,77 @@ def test_a_streaming_query_started_at_a_time_on_a_live_recording(spark, harness,
     finally:
         query.stop()
     assert [p for _, p, _ in collector.rows()] == feed.between(1, 5)
+
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "market_data.xml")
+T0_NS = 1_764_322_200_000_000_000  # 2025-11-28T09:30:00Z: the exchange's clock, not when the archive recorded
+
+
+def trades(count: int, step_ns: int = 1_000_000, back_at: int | None = None) -> list[bytes]:
+    from aeron_archive_spark.archive.codecs.codec import SbeCodec
+
+    codec = SbeCodec.from_xml(EXAMPLE)
+    out = []
+    for i in range(count):
+        stamp = T0_NS + i * step_ns - (50 * step_ns if back_at is not None and i >= back_at else 0)
+        out.append(codec.encode("Trade", symbol="AAPL", price_mantissa=18_500 + i, quantity=1, side=i % 2,
+                                timestamp_ns=stamp, trade_id=i))
+    return out
+
+
+@pytest.fixture
+def unindexed(aeron_dir, tmp_path):
+    """An archive keeping no time index: its recordings are as Java's archive writes them."""
+    h = Harness(aeron_dir, str(tmp_path / "unindexed"), time_index_interval_ns=0)
+    yield h
+    h.close()
+
+
+@PATHS
+def test_a_recording_without_an_index_is_read_by_time_through_its_messages_time_field(spark, unindexed, remote):
+    from spark.test_source_support import Recorder
+
+    recorder = Recorder(unindexed, CHANNEL, 7830 + remote)
+    recorder.publish(trades(3000))  # ~5 terms: the seek probes terms, then scans one
+    recorder.stop()
+    options = source_options(unindexed, remote=remote, recordingId=recorder.recording_id, sbeSchema=EXAMPLE,
+                             timestampField="timestampNs", maxBytesPerPartition="64k")
+    window = {**options, "startingTimestamp": (T0_NS + 1_000_000_000) // 1_000_000,
+              "endingTimestamp": "2025-11-28T09:30:02.500Z"}
+    reader = spark.read.format("aeron-archive")
+    for key, value in window.items():
+        reader = reader.option(key, value)
+    rows = reader.load().orderBy("position").collect()
+    assert [r.tradeId for r in rows] == list(range(1000, 2500))
+    assert [r.position for r in rows] == [p for p, _ in recorder.messages[1000:2500]]
+    assert all(r.timestamp is None for r in rows)  # the archive's own time: unknown here
+    # without the field, times are the archive's: it recorded nothing in 2025 (its catalog's start timestamp says
+    # so without an index)
+    plain = {k: v for k, v in window.items() if k != "timestampField"}
+    reader = spark.read.format("aeron-archive")
+    for key, value in plain.items():
+        reader = reader.option(key, value)
+    assert reader.load().count() == 0
+
+
+def test_a_time_field_that_goes_back_fails_the_read_naming_where(spark, unindexed):
+    from spark.test_source_support import Recorder
+
+    recorder = Recorder(unindexed, CHANNEL, 7833)
+    recorder.publish(trades(600, back_at=400))
+    recorder.stop()
+    reader = spark.read.format("aeron-archive")
+    for key, value in source_options(unindexed, recordingId=recorder.recording_id, sbeSchema=EXAMPLE,
+                                     timestampField="timestampNs", startingTimestamp=T0_NS // 1_000_000).items():
+        reader = reader.option(key, value)
+    with pytest.raises(Exception, match=f"recording {recorder.recording_id}: timestampField decreases from .* at "
+                                        f"position {recorder.messages[399][0]}"):
+        reader.load().count()
+
+
+def test_time_field_options_are_checked_up_front(spark, unindexed):
+    reader = spark.read.format("aeron-archive")
+    for key, value in source_options(unindexed, recordingId=0, sbeSchema=EXAMPLE, timestampField="nope").items():
+        reader = reader.option(key, value)
+    with pytest.raises(Exception, match="option timestampField: no decoded column 'nope'; integer columns"):
+        reader.load()
