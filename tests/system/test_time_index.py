@@ -4,8 +4,10 @@ index survives a kill -9 of a `serve` process and goes on with the extension aft
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import threading
 import time
 
 import numpy as np
@@ -146,8 +148,6 @@ def test_index_survives_kill_9_and_goes_on_with_the_extension(aeron_dir, tmp_pat
 
 
 def test_cli_shows_time_ranges_and_exports_a_time_window(aeron_dir, tmp_path, capsys):
-    import json
-
     import pyarrow.parquet as pq
 
     from aeron_archive_spark.archive.cli.main import main
@@ -182,3 +182,35 @@ def test_cli_shows_time_ranges_and_exports_a_time_window(aeron_dir, tmp_path, ca
     assert table.column("timestamp").null_count == 0
     bad = main(["export", str(recording_id), "--dir", archive_dir, "--to", str(out), "--from", "noon"])
     assert bad == 2 and "--from: 'noon' is not a time" in capsys.readouterr().err
+
+
+def test_tail_prints_the_messages_recorded_between_two_times(aeron_dir, tmp_path, capsys):
+    from aeron_archive_spark.archive.cli.main import main
+
+    h = Harness(aeron_dir, str(tmp_path / "archive"), local_control_stream_id=7730)
+    try:
+        h.client.start_recording(CHANNEL, 7731)
+        publication = h.client.aeron.add_exclusive_publication(CHANNEL, 7731)
+        recording_id = h.await_signal(RecordingSignal.START).recording_id
+        spans = publish_bursts(h.client, publication, recording_id, bursts=4, gap_s=0.05)
+        burst_before = [s[2] for s in spans[::40]]
+        framed = (700 + 32 + 31) & ~31
+        capsys.readouterr()
+        common = ["tail", str(recording_id), "--aeron-dir", aeron_dir, "--control-stream-id", "7730",
+                  "--format", "json"]
+        # a window in the past: exactly bursts 1 and 2
+        assert main([*common, "--from", str(burst_before[1] // 1_000_000),
+                     "--to", str(burst_before[3] // 1_000_000)]) == 0
+        printed = [json.loads(line)["position"] for line in capsys.readouterr().out.splitlines()]
+        assert printed == [s[1] - framed for s in spans[40:120]]
+        # a --to still to come: the live recording is followed until it has passed
+        soon = time.time_ns() // 1_000_000 + 300
+        more = threading.Thread(target=lambda: (time.sleep(0.1), offer_all(publication, payloads_of([700] * 5))))
+        more.start()
+        assert main([*common, "--from", str(burst_before[3] // 1_000_000), "--to", str(soon)]) == 0
+        more.join()
+        printed = [json.loads(line)["position"] for line in capsys.readouterr().out.splitlines()]
+        assert printed[:40] == [s[1] - framed for s in spans[120:160]] and len(printed) == 45
+        publication.close()
+    finally:
+        h.close()
