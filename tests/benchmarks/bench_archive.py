@@ -11,6 +11,9 @@ Run: `bash ci/bench.sh archive [--total-mib N] [--big-gib G]`.
 with no metrics and with `metrics_address` set and a separate process scraping `/metrics` every S seconds (0.1:
 150 times Prometheus' default 15 s), alternated, printing medians and the on/off ratio.
 
+`--time-index compare [--rounds R]` measures what keeping the time index costs: the same runs with it off and at its
+default interval, alternated, printing medians and the on/off ratio.
+
 `--driver-on compare [--rounds R]` instead measures where the media driver keeps its log buffers: the same runs
 with the driver directory on the temporary directory (a disk here) and on /dev/shm (a memory filesystem, the
 default of `aeron-archive serve` where it has room), alternated, printing medians and the shm/tmp ratio.
@@ -37,6 +40,7 @@ from aeron_archive_spark.archive.native import AeronClient, EmbeddedMediaDriver
 from aeron_archive_spark.archive.server.archive import Archive
 from aeron_archive_spark.archive.server.context import ArchiveContext
 from aeron_archive_spark.archive.storage import frames
+from aeron_archive_spark.archive.storage.time_index import INTERVAL_DEFAULT_NS as TIME_INDEX_DEFAULT_NS
 
 TERM_LENGTH = 16 * 1024 * 1024
 BLOCK_LENGTH = 256 * 1024
@@ -166,14 +170,16 @@ def raw_file_baseline(directory: str, total_bytes: int, passes: int = 2) -> tupl
 
 
 def run_size(driver_dir: str, work_dir: str, message_length: int, total_bytes: int,
-             baseline: tuple[float, float], scrape_interval: float | None = None) -> tuple[Result, Result, int, int]:
+             baseline: tuple[float, float], scrape_interval: float | None = None,
+             time_index_ns: int = TIME_INDEX_DEFAULT_NS) -> tuple[Result, Result, int, int]:
     """One recording and one replay of it; with `scrape_interval`, the archive serves metrics and another process
-    scrapes them that often throughout."""
+    scrapes them that often throughout; `time_index_ns` is the time index's interval (0: none kept)."""
     archive_dir = os.path.join(work_dir, f"archive-{message_length}")
     ctx = ArchiveContext(archive_dir=archive_dir, aeron_dir=driver_dir, control_channel=None,
                          segment_file_length=128 * 1024 * 1024, low_storage_space_threshold=0,
                          local_control_stream_id=10 + message_length,
-                         metrics_address="127.0.0.1:0" if scrape_interval is not None else None)
+                         metrics_address="127.0.0.1:0" if scrape_interval is not None else None,
+                         time_index_interval_ns=time_index_ns)
     archive = Archive.launch(ctx)
     scraper = None
     if archive.metrics is not None:
@@ -287,6 +293,31 @@ def compare_metrics(args: argparse.Namespace) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def compare_time_index(args: argparse.Namespace) -> None:
+    """Record and replay with the time index off and at its default interval, alternated; medians."""
+    total = args.total_mib * 1024 * 1024
+    sizes = [int(s) for s in args.sizes.split(",")]
+    figures: dict[tuple[str, str, int], list[float]] = {}
+    work = tempfile.mkdtemp(prefix="aeron-archive-bench-", dir=args.dir)
+    driver = EmbeddedMediaDriver(os.path.join(work, "driver"))
+    try:
+        baseline = raw_file_baseline(work, total)
+        modes = [("off", 0), ("on", TIME_INDEX_DEFAULT_NS)]
+        for round_no in range(args.rounds):
+            for mode, interval in (modes if round_no % 2 == 0 else reversed(modes)):
+                for size in sizes:
+                    recorded, replayed, _, _ = run_size(driver.aeron_dir, work, size, total, baseline,
+                                                        time_index_ns=interval)
+                    figures.setdefault((mode, "record", size), []).append(recorded.mb_s)
+                    figures.setdefault((mode, "replay", size), []).append(replayed.mb_s)
+        print(f"time index off vs on ({TIME_INDEX_DEFAULT_NS // 1_000_000} ms): {args.total_mib} MiB per run, "
+              f"{args.rounds} alternated rounds, medians")
+        print_medians(figures, sizes, "off", "on")
+    finally:
+        driver.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--total-mib", type=int, default=1024, help="stream bytes per message size")
@@ -299,9 +330,14 @@ def main() -> None:
     parser.add_argument("--metrics", choices=["off", "compare"], default="off",
                         help="compare runs without metrics and with metrics scraped every --scrape-interval")
     parser.add_argument("--scrape-interval", type=float, default=0.1, help="seconds between scrapes (--metrics)")
+    parser.add_argument("--time-index", choices=["on", "compare"], default="on",
+                        help="compare runs without the time index and with it at its default interval")
     args = parser.parse_args()
     if args.metrics == "compare":
         compare_metrics(args)
+        return
+    if args.time_index == "compare":
+        compare_time_index(args)
         return
     if args.driver_on == "compare":
         compare_driver_places(args)
