@@ -14,6 +14,7 @@ from spark.test_source_stream import Collector, stream
 from spark.test_source_support import source_options
 from system.harness import SMALL_TERM, Harness, offer_all, payloads_of, wait_for
 
+from aeron_archive_spark.archive import AeronArchive
 from aeron_archive_spark.archive.constants import RecordingSignal
 
 pytestmark = pytest.mark.spark
@@ -26,14 +27,24 @@ class Bursts:
     """A live recording fed in bursts; remembers each burst's wall-clock start (ms) and its messages' positions."""
 
     def __init__(self, h: Harness, stream_id: int) -> None:
-        self.h = h
         h.client.start_recording(CHANNEL, stream_id)
-        self.publication = h.client.aeron.add_exclusive_publication(CHANNEL, stream_id)
-        self.recording_id = h.await_signal(RecordingSignal.START, count=len(h.signals.of(RecordingSignal.START)) + 1
-                                           ).recording_id
+        publication = h.client.aeron.add_exclusive_publication(CHANNEL, stream_id)
+        starts = len(h.signals.of(RecordingSignal.START)) + 1
+        self.attach(h.client, publication, h.await_signal(RecordingSignal.START, count=starts).recording_id)
         self.starts_ms: list[int] = []
         self.ends_us: list[int] = []
         self.positions: list[list[int]] = []
+
+    def attach(self, client: AeronArchive, publication, recording_id: int) -> None:
+        """Publish through `publication`, into `recording_id`, checked through `client` (a restarted archive's)."""
+        self.client, self.publication, self.recording_id = client, publication, recording_id
+
+    @classmethod
+    def of(cls, client: AeronArchive, publication, recording_id: int) -> Bursts:
+        feed = cls.__new__(cls)
+        feed.attach(client, publication, recording_id)
+        feed.starts_ms, feed.ends_us, feed.positions = [], [], []
+        return feed
 
     def publish(self, bursts: int, count: int = 25) -> None:
         for _ in range(bursts):
@@ -41,7 +52,7 @@ class Bursts:
             self.starts_ms.append(time.time_ns() // 1_000_000)
             spans = offer_all(self.publication, payloads_of([300] * count, seed=len(self.starts_ms)))
             self.positions.append([start for start, _ in spans])
-            wait_for(lambda: self.h.client.get_recording_position(self.recording_id) == self.publication.position)
+            wait_for(lambda: self.client.get_recording_position(self.recording_id) == self.publication.position)
             self.ends_us.append(time.time_ns() // 1000)
         time.sleep(GAP_S)
 
@@ -230,3 +241,61 @@ def test_time_field_options_are_checked_up_front(spark, unindexed):
         reader = reader.option(key, value)
     with pytest.raises(Exception, match="option timestampField: no decoded column 'nope'; integer columns"):
         reader.load()
+
+
+def test_windows_stay_exact_after_a_kill_9_a_restart_an_extension_and_a_truncation(spark, aeron_dir, tmp_path):
+    """Bursts recorded by a `serve` process killed with -9, then by the restarted archive extending the recording;
+    windows are read on both paths, then again after the recording is truncated inside the extension."""
+    import signal as signals
+
+    from system.harness import Signals, serve_process
+
+    archive_dir = str(tmp_path / "archive")
+    proc, _ = serve_process(archive_dir, 18741, "--aeron-dir", aeron_dir, "--local-control-stream-id", "7840",
+                            "--segment-length", "128k", "--low-storage-threshold", "0")
+    events = Signals()
+    client = AeronArchive.connect(aeron_dir=aeron_dir, control_request_channel="aeron:ipc",
+                                  control_request_stream_id=7840, control_response_channel="aeron:ipc",
+                                  recording_signal_consumer=events)
+    try:
+        client.start_recording(CHANNEL, 7841)
+        publication = client.aeron.add_exclusive_publication(CHANNEL, 7841)
+        wait_for(lambda: events.of(RecordingSignal.START), poll=client.poll_for_recording_signals)
+        feed = Bursts.of(client, publication, events.of(RecordingSignal.START)[0].recording_id)
+        feed.publish(3)
+        killed_at = feed.publication.position
+        proc.send_signal(signals.SIGKILL)
+        proc.wait(10)
+        feed.publication.close()
+    finally:
+        client.close()
+        if proc.poll() is None:
+            proc.kill()
+
+    h = Harness(aeron_dir, archive_dir, local_control_stream_id=7842)
+    try:
+        rid = feed.recording_id
+        wait_for(lambda: h.client.list_recording(rid).stop_position == killed_at, what="the recovered stop")
+        h.client.extend_recording(rid, CHANNEL, 7841)
+        d = h.client.list_recording(rid)
+        feed.attach(h.client, h.client.aeron.add_exclusive_publication(
+            f"{CHANNEL}|init-term-id={d.initial_term_id}|term-id={d.initial_term_id + killed_at // SMALL_TERM}"
+            f"|term-offset={killed_at % SMALL_TERM}", 7841), rid)
+        h.await_signal(RecordingSignal.EXTEND, rid)
+        feed.publish(3)
+        feed.publication.close()
+        h.await_signal(RecordingSignal.STOP, rid)
+        for remote in (False, True):
+            options = source_options(h, remote=remote, recordingId=rid)
+            for first, last in ((1, 2), (2, 4), (3, 6)):  # before, across and after the crash
+                window = {**options, "startingTimestamp": feed.starts_ms[first]}
+                if last < 6:
+                    window["endingTimestamp"] = feed.starts_ms[last]
+                assert read(spark, window) == feed.between(first, last), (remote, first, last)
+        # truncate at the fifth burst: windows reaching past it end at the truncation
+        h.client.truncate_recording(rid, feed.positions[4][0])
+        for remote in (False, True):
+            options = source_options(h, remote=remote, recordingId=rid, startingTimestamp=feed.starts_ms[3])
+            assert read(spark, options) == feed.between(3, 4), remote
+    finally:
+        h.close()
