@@ -36,11 +36,13 @@ from aeron_archive_spark.archive.storage.frames import (
     frame_type_at,
 )
 from aeron_archive_spark.archive.storage.segments import (
+    delete_pending_name,
     delete_segment_file,
     fsync_directory,
     recording_file_names,
     segment_file_base_position,
 )
+from aeron_archive_spark.archive.storage.time_index import TIME_INDEX_SUFFIX
 
 log = logging.getLogger(__name__)
 
@@ -287,7 +289,8 @@ def find_orphaned_segments(
 ) -> list[OrphanedSegment]:
     """Segment files of catalogued recordings that lie outside their recording (`ArchiveTool
     delete-orphaned-segments`): before the segment of its start, after the segment of its stop (a stopped
-    recording), or named with a position that does not parse.
+    recording), or named with a position that does not parse; and, beyond Java, time index files (`.tix`) whose
+    segment file is gone.
 
     As Java, every entry counts whatever its state, and files of a recording id the catalog has no entry for are
     not looked at (`compact` removes the files of the entries it drops). An unknown `recording_id` raises.
@@ -298,11 +301,23 @@ def find_orphaned_segments(
     if recording_id is not None and not entries:
         raise ArchiveError(f"no recording found with recordingId: {recording_id} in {directory}")
     names_by_id: dict[int, list[str]] = {}
-    for name in sorted(os.listdir(directory)):
+    listed = sorted(os.listdir(directory))
+    for name in listed:
         match = _REC_NAME.match(name)
         if match is not None:
             names_by_id.setdefault(int(match.group(1)), []).append(name)
     found: list[OrphanedSegment] = []
+    # Beyond Java: a time index file (ours) whose segment is gone, e.g. deleted by Java's archive or ArchiveTool,
+    # which know only `.rec` files.
+    present = set(listed)
+    catalogued = {e.descriptor.recording_id for e in entries}
+    for name in listed:
+        rid_text = name.split("-", 1)[0]
+        if not (name.endswith(TIME_INDEX_SUFFIX) and rid_text.isdigit() and int(rid_text) in catalogued):
+            continue
+        segment = name[: -len(TIME_INDEX_SUFFIX)] + RECORDING_SEGMENT_SUFFIX
+        if segment not in present and delete_pending_name(segment) not in present:
+            found.append(OrphanedSegment(name, int(rid_text), "a time index without its segment"))
     for entry in entries:
         d = entry.descriptor
         first = segment_file_base_position(

@@ -130,6 +130,19 @@ def test_orphaned_segments_are_outside_start_and_stop_segments_of_any_entry(arch
                                            "2-0.rec", "7-0.rec", "archive.catalog", "notes.txt"]
 
 
+def test_a_time_index_whose_segment_is_gone_is_an_orphan_too(archive: Path) -> None:
+    """Beyond Java: Java's archive and ArchiveTool delete `.rec` files only, and may leave our `.tix` beside none."""
+    for name in ("0-0.tix", "0-131072.tix", "0-524288.tix", "1-0.tix", "1-131072.tix", "7-0.tix"):
+        (archive / name).write_bytes(b"")
+    (archive / "1-0.rec").rename(archive / "1-0.rec.del")  # deletion pending: its index goes with it, not before
+    found = maintenance.find_orphaned_segments(archive)
+    assert [(o.name, o.reason) for o in found if o.name.endswith(".tix")] == [
+        ("0-524288.tix", "a time index without its segment"), ("1-131072.tix", "a time index without its segment")]
+    maintenance.delete_orphaned_segments(archive)
+    assert sorted(n for n in os.listdir(archive) if n.endswith(".tix")) == ["0-0.tix", "0-131072.tix", "1-0.tix",
+                                                                             "7-0.tix"]
+
+
 def test_orphans_of_a_recording_purged_at_its_start_and_of_an_active_one(tmp_path: Path) -> None:
     record(tmp_path, StreamBuilder(0).fill_to(300_000, payload_length=100))
     record(tmp_path, StreamBuilder(0).fill_to(1000, payload_length=100), stop=False)
