@@ -79,7 +79,8 @@ from aeron_archive_spark.archive.storage.checksums import Checksum, checksum_for
 from aeron_archive_spark.archive.storage.frames import FRAME_ALIGNMENT, to_int32
 from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
 from aeron_archive_spark.archive.storage.recording_writer import RecordingWriter
-from aeron_archive_spark.archive.storage.time_index import TimeIndexWriter
+from aeron_archive_spark.archive.storage.time_index import TimeIndex, TimeIndexWriter
+from aeron_archive_spark.archive.storage.time_index_copy import copy_time_index
 from aeron_archive_spark.archive.storage.time_index_search import RecordingGeometry, RecordingTimeIndex
 
 if TYPE_CHECKING:
@@ -758,6 +759,7 @@ class ArchiveConductor(Agent):
         position = session.recorded_position
         self.catalog.recording_stopped(recording_id, position, self.ctx.epoch_clock())
         replication = self._replications.get(session.correlation_id)  # an extension's correlation id: its replication
+        copying: ReplicationSession | None = None
         if (
             replication is not None
             and replication.subscription is not None
@@ -766,6 +768,8 @@ class ArchiveConductor(Agent):
             replication.on_replica_stopped(position)  # SYNC (or its error), then REPLICATE_END, before STOP
             if replication.is_done():
                 self._close_replication(replication)
+            else:
+                copying = replication  # dating the replica by the source's time index: STOP after REPLICATE_END
         self._recordings.pop(recording_id, None)
         self.counters.recording_sessions.set(len(self._recordings))
         if session.error is not None:
@@ -773,14 +777,11 @@ class ArchiveConductor(Agent):
             control = self._control_sessions.get(session.control_session_id)
             if control is not None:
                 control.send_error(session.correlation_id, session.error.error_code, session.error.message)
-        self._signal(
-            session.control_session_id,
-            session.correlation_id,
-            recording_id,
-            session.subscription_id,
-            position,
-            RecordingSignal.STOP,
-        )
+        stop_ids = (session.control_session_id, session.correlation_id, recording_id, session.subscription_id)
+        if copying is not None:
+            copying.call_after_close(lambda: self._signal(*stop_ids, position, RecordingSignal.STOP))
+        else:
+            self._signal(*stop_ids, position, RecordingSignal.STOP)
         session.position.close()
         session.close()
         log.info("recording %d stopped at position %d", recording_id, position)
@@ -1669,6 +1670,24 @@ class ArchiveConductor(Agent):
 
     def on_replication_error(self, message: str, error: BaseException) -> None:
         self.on_protocol_error(message, "replication failed", error)
+
+    def keeps_time_index(self) -> bool:
+        return self.ctx.time_index_interval_ns > 0
+
+    def copy_replica_time_index(self, recording_id: int, from_position: int, to_position: int, index: TimeIndex) -> int:
+        """Rewrite on this thread, where recordings start: nothing the recorder may append to is replaced (a
+        recording being recorded only below the segment it writes)."""
+        d = self._descriptor(recording_id)
+        live = self.live_position(recording_id)
+        geometry = RecordingGeometry(
+            recording_id,
+            d.start_position,
+            self.recorded_position(recording_id),
+            d.term_buffer_length,
+            d.segment_file_length,
+        )
+        writable = geometry.base_of(live) if live != NULL_POSITION else d.stop_position
+        return copy_time_index(self.ctx.archive_dir, geometry, from_position, to_position, index, writable)
 
     def on_close(self) -> None:
         """Runs on the conductor thread after its loop: stop recordings, close sessions, sync the catalog."""

@@ -9,6 +9,10 @@ it then catches up with the live stream and merges onto it (MERGE), and the dest
 response channel (`control-mode=response` in the replication channel) the replay is asked for with a replay token
 (REPLAY_TOKEN) on a publication of the session's own naming the recording subscription (GET_ARCHIVE_PROXY), so the
 source's replay answers a connection the destination opened (`client.response_replay`).
+Beyond Java, a source that answers the time index (this project's archive) also dates the replica: once the replica
+holds the replicated range (its recording stopped, or merged onto the live stream) the session asks the source for
+its samples over that range and the conductor rewrites the replica's `.tix` files with them (COPY_TIME_INDEX, before
+REPLICATE_END; `storage.time_index_copy`); a Java source is never asked, and the replica keeps its own times.
 Every state change resets the action clock; a state that makes no progress for the action timeout fails the
 replication. `docs/control-protocol.md` ("Replication") has Java's behaviour in full, which this follows: states,
 checks, signals, error texts (prefixed as Java's; ours add where the failure happened: the source archive, recording
@@ -27,6 +31,9 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
+import numpy.typing as npt
+
 from aeron_archive_spark.archive.channel import ChannelUri
 from aeron_archive_spark.archive.client.aeron_archive import replay_request
 from aeron_archive_spark.archive.client.response_poller import DescriptorMessage
@@ -35,6 +42,8 @@ from aeron_archive_spark.archive.codecs import templates as t
 from aeron_archive_spark.archive.constants import NULL_POSITION, ControlResponseCode, RecordingSignal
 from aeron_archive_spark.archive.exceptions import ArchiveDisconnectedError, ArchiveError, ErrorCode
 from aeron_archive_spark.archive.storage.frames import to_int32
+from aeron_archive_spark.archive.storage.time_index import TimeIndex
+from aeron_archive_spark.archive.storage.time_index_search import SAMPLE_DTYPE
 
 if TYPE_CHECKING:
     from aeron_archive_spark.archive.client.aeron_archive import AeronArchive
@@ -66,6 +75,7 @@ class ReplicationState(Enum):
     REPLICATE = "REPLICATE"
     CATCHUP = "CATCHUP"
     ATTEMPT_LIVE_JOIN = "ATTEMPT_LIVE_JOIN"
+    COPY_TIME_INDEX = "COPY_TIME_INDEX"  # ours: the source's times onto the replicated range
     DONE = "DONE"
 
 
@@ -201,6 +211,14 @@ class ReplicationHost(Protocol):
         """Call `settle` each duty cycle until it answers True (a publication whose add the media driver has yet
         to answer, closed once it comes)."""
 
+    def keeps_time_index(self) -> bool:
+        """Whether this archive keeps a time index (off: a replica gets none, not even its source's)."""
+
+    def copy_replica_time_index(self, recording_id: int, from_position: int, to_position: int, index: TimeIndex) -> int:
+        """Date the replica's positions `[from, to)` by the source's samples, rewriting its `.tix` files but never
+        one its recorder may still append to; returns the files rewritten. Raises (`TimeIndexCopyRefused`,
+        `TimeIndexError`, `OSError`) having kept the replica's own times."""
+
 
 class RequestPublication(Protocol):
     """The publication a replay over a response channel is asked for on
@@ -293,6 +311,12 @@ class ReplicationSession:
         self._action_started_ns = now_ns
         self._next_source_poll_ns = now_ns
         self._now_ns = now_ns
+        # COPY_TIME_INDEX: the range to date by the source (`to` unknown until the replica's recording stops) and
+        # the samples received so far; what the conductor holds back until REPLICATE_END (the replica's STOP).
+        self._index_to = NULL_POSITION
+        self._index_chunks: list[npt.NDArray[np.void]] = []
+        self._index_interval_ns = 0
+        self._after_close: list[Callable[[], None]] = []
 
     # ---- the Session contract ---------------------------------------------------------------------------------
 
@@ -314,11 +338,17 @@ class ReplicationSession:
                 return 1
             work = self._step()
             self._poll_destination_changes()
-            self._poll_source_errors()
+            if self.state is not ReplicationState.COPY_TIME_INDEX:
+                self._poll_source_errors()
             return work
         except Exception as ex:
             self._fail(ex)
             return 1
+
+    def call_after_close(self, action: Callable[[], None]) -> None:
+        """Run `action` once the session has closed (after its REPLICATE_END): the conductor holds the replica's
+        STOP here while the session copies the source's time index, so the signals keep Java's order."""
+        self._after_close.append(action)
 
     def on_replica_stopped(self, position: int) -> None:
         """The conductor closes the replica's recording at `position` (our recorder, on its own thread, may end it
@@ -366,6 +396,9 @@ class ReplicationSession:
             except Exception as ex:
                 log.debug("replication %d: closing the source session: %s", self.replication_id, ex)
         self._signal(NULL_POSITION, RecordingSignal.REPLICATE_END)
+        after_close, self._after_close = self._after_close, []
+        for action in after_close:
+            action()
 
     # ---- states -----------------------------------------------------------------------------------------------
 
@@ -393,6 +426,8 @@ class ReplicationSession:
             return self._do_catchup()
         if state is ReplicationState.ATTEMPT_LIVE_JOIN:
             return self._do_attempt_live_join()
+        if state is ReplicationState.COPY_TIME_INDEX:
+            return self._do_copy_time_index()
         return 0
 
     def _do_connect(self) -> int:
@@ -634,6 +669,14 @@ class ReplicationSession:
             "synced" if synced else "bounded" if bounded else "replay ended",
         )
         self.src_replay_session_id = NULL_VALUE
+        if self._copies_time_index():
+            # The replica must stop before its files are rewritten: stop it now (the recorder has written all the
+            # image gave it), and copy once the conductor says it stopped.
+            subscription = self.subscription
+            assert subscription is not None
+            self._host.stop_replica_subscription(subscription.registration_id)
+            self._set_state(ReplicationState.COPY_TIME_INDEX, "awaiting the replica's stop")
+            return 1
         self._set_state(ReplicationState.DONE, "sync" if synced else "done")
         return 1
 
@@ -641,6 +684,10 @@ class ReplicationSession:
         """The destination stopped recording at `position` (the replay ended and auto-stop closed the subscription,
         or the recording failed). Our recorder runs on its own thread, so that can happen between two of this
         session's steps, after the last frames came: a replica that holds the source's stop is still SYNC."""
+        if self.state is ReplicationState.COPY_TIME_INDEX:
+            if self._index_to == NULL_POSITION:
+                self._on_replica_holds(position)
+            return
         if self.state is ReplicationState.REPLICATE:
             self.position = position
             if self.src_stop_position != NULL_POSITION and position >= self.src_stop_position:
@@ -651,6 +698,10 @@ class ReplicationSession:
                 # none (the source went away: killed, or its link cut, and the image timed out).
                 end_of_stream = self.image.is_end_of_stream if self.image is not None else True
                 self._check_replay_ended_well(position, end_of_stream)
+            if self._copies_time_index():
+                self._set_state(ReplicationState.COPY_TIME_INDEX, "recording subscription closed")
+                self._on_replica_holds(position)
+                return
         self._set_state(ReplicationState.DONE, "recording subscription closed")
 
     def _check_replay_ended_well(self, position: int, end_of_stream: bool) -> None:
@@ -714,8 +765,108 @@ class ReplicationSession:
             self._replay_destination = None
             self.subscription = None  # the recording goes on with the live stream: no longer this session's
             self._signal(position, RecordingSignal.MERGE)
+            if self._copies_time_index():
+                # What the replay brought dates by the source; what comes live keeps the replica's own times (the
+                # conductor leaves alone the segment the recorder still writes).
+                self._set_state(ReplicationState.COPY_TIME_INDEX, "merge")
+                self._on_replica_holds(position)
+                return 1
             self._set_state(ReplicationState.DONE, "merge")
         return 1
+
+    # ---- the source's time index onto the replica (ours, beyond Java) -----------------------------------------
+
+    def _copies_time_index(self) -> bool:
+        """Whether to date the replica by the source: only a source that said at connect that it answers the time
+        index (Java's archive ignores the request, so it is never asked), and only if this archive keeps one."""
+        src = self.src
+        return src is not None and src.answers_time_index and self._host.keeps_time_index()
+
+    def _on_replica_holds(self, position: int) -> None:
+        """The replica holds `[replay_position, position)` and its recorder no longer writes it (stopped), or only
+        past it (merged): the copy may begin."""
+        self._index_to = position
+        self._action_started_ns = self._now_ns
+        self.subscription = None  # stopped, or recording the live stream: nothing of it is this session's now
+        if position <= self.replay_position:
+            self._set_state(ReplicationState.DONE, "nothing replicated to date")
+
+    def _do_copy_time_index(self) -> int:
+        """Ask the source for its samples over the replicated range, then have the conductor rewrite the replica's
+        files. Anything that goes wrong (the source gone, no index there, samples that cannot date the range)
+        only leaves the replica its own times, still valid: logged, never reported as the replication's error."""
+        if self._index_to == NULL_POSITION:
+            if self._now_ns - self._action_started_ns >= self._timeout_ns:
+                self._keep_own_times("the replica's recording did not stop within the action timeout")
+                return 1
+            return 0
+        try:
+            return self._copy_time_index_step()
+        except Exception as ex:
+            self._keep_own_times(ex.message if isinstance(ex, ArchiveError) else str(ex))
+            return 1
+
+    def _copy_time_index_step(self) -> int:
+        src = self._source()
+        if self._active_correlation_id == NULL_VALUE:
+            src_id, low, high = self.src_recording_id, self.replay_position, self._index_to
+            self._track(
+                src.send(
+                    lambda ids: m.TimeIndexRequest.of(**ids, recording_id=src_id, from_position=low, to_position=high)
+                )
+            )
+            return 1
+        work = 0
+        for msg in src.poll_responses():
+            work += 1
+            if msg.control_session_id != src.control_session_id:
+                continue
+            if msg.template_id == t.TIME_INDEX_SAMPLES and msg.correlation_id == self._active_correlation_id:
+                self._index_chunks.append(np.frombuffer(msg.samples, dtype=SAMPLE_DTYPE))
+                self._index_interval_ns = max(self._index_interval_ns, int(msg.interval_ns))
+                self._action_started_ns = self._now_ns  # the timeout runs from the last message, as the client's
+            elif msg.template_id == t.CONTROL_RESPONSE and msg.code == ControlResponseCode.ERROR:
+                raise ArchiveError(f"the source answered: {msg.error_message}", msg.relevant_id)
+            elif msg.template_id == t.CONTROL_RESPONSE and msg.correlation_id == self._active_correlation_id:
+                self._on_time_index(int(msg.relevant_id))
+                return work
+        if work == 0:
+            self._check_timeout("no answer from the source to the time index request")
+        return work
+
+    def _on_time_index(self, count: int) -> None:
+        chunks = self._index_chunks
+        samples = np.concatenate(chunks) if chunks else np.empty(0, dtype=SAMPLE_DTYPE)
+        if len(samples) != count:
+            raise ArchiveError(f"{len(samples)} time index samples received, the source sent {count}")
+        index = TimeIndex(
+            self.src_recording_id,
+            np.ascontiguousarray(samples["time_ns"], dtype=np.int64),
+            np.ascontiguousarray(samples["position"], dtype=np.int64),
+            self._index_interval_ns,
+        )
+        files = self._host.copy_replica_time_index(self.dst_recording_id, self.replay_position, self._index_to, index)
+        log.info(
+            "replication %d: recording %d dated by the source's time index over [%d, %d) (%d samples, %d files)",
+            self.replication_id,
+            self.dst_recording_id,
+            self.replay_position,
+            self._index_to,
+            count,
+            files,
+        )
+        self._set_state(ReplicationState.DONE, "time index copied")
+
+    def _keep_own_times(self, reason: str) -> None:
+        log.warning(
+            "replication %d: recording %d keeps its own times over [%d, %d), not the source's: %s",
+            self.replication_id,
+            self.dst_recording_id,
+            self.replay_position,
+            self._index_to,
+            reason,
+        )
+        self._set_state(ReplicationState.DONE, "time index not copied")
 
     # ---- talking to the source --------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ other with the request Java's client sends (ReplicateRequest2):
 
 a. Java -> ours, a stopped recording: our archive's signals are Java's (REPLICATE, EXTEND, SYNC, REPLICATE_END,
    STOP), the replica's descriptor carries the source's, and its segment files equal the Java archive's byte for byte;
+   Java's archive announces no time index: the replica keeps its own times, and nothing waits on Java for them;
 b. Java -> ours, bounded, then extended to the source's stop by a second replication;
 c. ours -> Java, a stopped recording: the Java archive's signals and segment files, the same way round;
 d. Java -> ours, a live recording merged onto the live stream (an MDC publication both archives subscribe to): MERGE,
@@ -35,6 +36,7 @@ from aeron_archive_spark.archive.client import AeronArchive, ReplicationParams
 from aeron_archive_spark.archive.client.aeron_archive import RecordingSignalEvent
 from aeron_archive_spark.archive.constants import RecordingSignal, SourceLocation
 from aeron_archive_spark.archive.storage.segments import segment_file_name
+from aeron_archive_spark.archive.storage.time_index import read_time_index
 
 S = RecordingSignal
 CONTROL_STREAM_ID = 10
@@ -130,6 +132,22 @@ def test_java_to_ours_a_stopped_recording(java, ours, clients):
     assert to_ours.archive.get_stop_position(dst_id) == stop
     assert_same_descriptor(to_java.archive, src_id, to_ours.archive, dst_id)
     assert_same_segments(java.archive_dir, src_id, ours.archive_dir, dst_id, 0, stop, 128 * 1024)
+
+
+def test_java_to_ours_a_replica_keeps_its_own_times_without_asking_java(java, ours, clients):
+    """Java's archive announces no time index, so our replica is dated by its own recorder and the replication
+    never waits on a time index request Java would leave unanswered."""
+    to_java, to_ours = clients
+    src_id, stop = record(to_java.archive, 400, 7104)
+    source_stopped_ns = to_java.archive.list_recording(src_id).stop_timestamp * 1_000_000
+    started = time.monotonic()
+    replication_id = to_ours.archive.replicate(src_id, CONTROL_STREAM_ID, java.control_channel)
+    assert to_ours.await_signal(replication_id, S.STOP) == [S.REPLICATE, S.EXTEND, S.SYNC, S.REPLICATE_END, S.STOP]
+    assert time.monotonic() - started < 5  # well inside the replication timeout: nothing was awaited from Java
+    dst_id = to_ours.events(replication_id)[0].recording_id
+    index = read_time_index(ours.archive_dir, dst_id, 0, stop)
+    assert len(index.positions) > 0 and int(index.positions[0]) == 0
+    assert int(index.times_ns[0]) >= source_stopped_ns  # recorded by the replica, after the source had stopped
 
 
 def test_java_to_ours_bounded_then_extended(java, ours, clients):

@@ -252,6 +252,7 @@ class FakeSource:
     the test and handed over all at once by the next poll."""
 
     control_session_id = SRC_SESSION
+    answers_time_index = False  # a Java archive, unless a test says otherwise
 
     def __init__(self) -> None:
         self.sent: list[Any] = []

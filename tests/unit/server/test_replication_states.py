@@ -35,6 +35,7 @@ class Source:
     """The source archive's client: requests kept, responses queued by the test."""
 
     control_session_id = SRC_SESSION
+    answers_time_index = False  # a Java archive, unless a test says otherwise
 
     def __init__(self) -> None:
         self.sent: list[Any] = []
