@@ -107,6 +107,28 @@ def read_with(spark: SparkSession, config: dict[str, Any]) -> dict[str, Any]:
     return {**results[0], "reads": results, "tasks": task_hosts(spark, config)}
 
 
+def time_window(config: dict[str, Any]) -> dict[str, Any]:
+    """The recording read whole, then the middle third of its recorded times read as a window (startingTimestamp,
+    endingTimestamp): rows [position, tradeId, recorded time in us] of each, and the window's edges (ms)."""
+    spark = session(config, "aas-cluster-time-window")
+    options = archive_options(config)
+
+    def rows_of(extra: dict[str, str]) -> list[list[int]]:
+        frame = spark.read.format("aeron-archive").options(**options, **extra).load()
+        return [
+            [r.position, r.tradeId, int(r.timestamp.timestamp() * 1_000_000)]
+            for r in frame.select("position", "tradeId", "timestamp").orderBy("position").collect()
+        ]
+
+    whole = rows_of({})
+    times = [r[2] for r in whole]
+    edges = [times[len(times) // 3] // 1000, times[2 * len(times) // 3] // 1000]
+    window = rows_of({"startingTimestamp": str(edges[0]), "endingTimestamp": str(edges[1])})
+    result = {"whole": whole, "window": window, "edges": edges, "tasks": task_hosts(spark, config)}
+    spark.stop()
+    return result
+
+
 def stream_read(config: dict[str, Any]) -> dict[str, Any]:
     """Tail the live recording with readStream until `minRows` rows arrived or `seconds` passed since the first batch.
 
@@ -234,7 +256,13 @@ def recordings_of(config: dict[str, Any]) -> list[int]:
     return [d.recording_id for d in found]
 
 
-COMMANDS = {"read": read, "stream-read": stream_read, "stream-copy": stream_copy, "batch-write": batch_write}
+COMMANDS = {
+    "read": read,
+    "stream-read": stream_read,
+    "stream-copy": stream_copy,
+    "batch-write": batch_write,
+    "time-window": time_window,
+}
 
 
 def main() -> None:

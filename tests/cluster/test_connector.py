@@ -134,6 +134,22 @@ def test_batch_read_replays_one_recording_on_both_workers(healthy_cluster: Topol
     assert len({t["executorId"] for t in read_tasks}) == 2
 
 
+def test_a_time_window_reads_exactly_the_messages_recorded_in_it(healthy_cluster: Topology) -> None:
+    """Executors on other hosts date rows and place the window through the archive's time index requests."""
+    cluster = healthy_cluster
+    copy_schema(cluster, "driver")
+    live = live_recording(cluster, 256 * 1024)
+    result = job(cluster, "driver", "time-window", options={
+        "recordingId": str(live["recordingId"]), "sbeSchema": SCHEMA_ON_DRIVER, "maxBytesPerPartition": "64k"})
+    whole, window = result["whole"], result["window"]
+    start_us, end_us = (edge * 1000 for edge in result["edges"])
+    assert [r[2] for r in whole] == sorted(r[2] for r in whole), "recorded times decrease"
+    expected = [r for r in whole if start_us <= r[2] < end_us]
+    assert expected and window == expected
+    assert {worker_of(cluster, t["host"]) for t in result["tasks"] if t["status"] == "SUCCESS"} == set(
+        cluster.workers)
+
+
 def test_stream_read_tails_the_live_recording_exactly_once(healthy_cluster: Topology) -> None:
     cluster = healthy_cluster
     copy_schema(cluster, "driver")
