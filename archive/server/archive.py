@@ -12,6 +12,8 @@ from aeron_archive_spark.archive.server.conductor import ArchiveConductor
 from aeron_archive_spark.archive.server.context import ArchiveContext
 from aeron_archive_spark.archive.storage.catalog import Catalog
 from aeron_archive_spark.archive.storage.checksums import checksum_for_name
+from aeron_archive_spark.archive.storage.cnc_file import driver_file_page_size
+from aeron_archive_spark.archive.storage.mark_file import FILE_PAGE_SIZE_DEFAULT, ArchiveMarkFile
 
 if TYPE_CHECKING:
     from aeron_archive_spark.archive.server.metrics import MetricsServer
@@ -46,6 +48,7 @@ class Archive:
         self.catalog: Catalog | None = None
         self.conductor: ArchiveConductor | None = None
         self.metrics: MetricsServer | None = None
+        self.mark_file: ArchiveMarkFile | None = None
         self._closed = False
 
     @classmethod
@@ -63,6 +66,9 @@ class Archive:
         if ctx.delete_archive_on_start and os.path.isdir(ctx.archive_dir):
             shutil.rmtree(ctx.archive_dir)
         os.makedirs(ctx.archive_dir, exist_ok=True)
+        # The mark file before anything else touches the directory (as Java's conclude() does): a directory another
+        # archive holds is refused before its catalog is recovered or written.
+        self.mark_file = self._acquire_mark_file()
         # Open (and recover) the catalog first: a torn recording must stop startup before anything listens.
         self.catalog = Catalog(
             ctx.archive_dir,
@@ -79,7 +85,19 @@ class Archive:
             aeron_dir = ctx.aeron_dir
         self.aeron = AeronClient(aeron_dir, client_name=ctx.client_name)
         archive_id = ctx.archive_id if ctx.archive_id is not None else self.aeron.client_id
-        self.conductor = ArchiveConductor(ctx, self.aeron, self.catalog, archive_id)
+        self.mark_file.encode(
+            control_stream_id=ctx.control_stream_id,
+            local_control_stream_id=ctx.local_control_stream_id,
+            events_stream_id=ctx.recording_events_stream_id,
+            archive_id=archive_id,
+            error_buffer_length=ctx.error_buffer_length,
+            control_channel=ctx.control_channel,
+            local_control_channel=ctx.local_control_channel,
+            events_channel=ctx.recording_events_channel if ctx.recording_events_enabled else None,
+            aeron_directory=aeron_dir,
+        )
+        self.conductor = ArchiveConductor(ctx, self.aeron, self.catalog, archive_id, self.mark_file)
+        self.mark_file.signal_ready(ctx.epoch_clock())  # Java's last step of conclude(): the version, then ready
         self.conductor.start()
         if ctx.metrics_address is not None:
             from aeron_archive_spark.archive.server.metrics import ArchiveCollector, MetricsServer  # only if asked
@@ -102,6 +120,18 @@ class Archive:
             ctx.control_stream_id,
             ctx.local_control_channel,
             ctx.local_control_stream_id,
+        )
+
+    def _acquire_mark_file(self) -> ArchiveMarkFile:
+        ctx = self.ctx
+        page_size = driver_file_page_size(ctx.aeron_dir) if ctx.aeron_dir is not None else None
+        return ArchiveMarkFile.acquire(
+            ctx.mark_file_dir or ctx.archive_dir,
+            archive_dir=ctx.archive_dir,
+            error_buffer_length=ctx.error_buffer_length,
+            file_page_size=page_size or FILE_PAGE_SIZE_DEFAULT,
+            epoch_clock=ctx.epoch_clock,
+            liveness_timeout_ms=ctx.mark_file_liveness_timeout_ms,
         )
 
     @property
@@ -128,6 +158,11 @@ class Archive:
             self.aeron.close()
         if self.driver is not None:
             self.driver.close()
+        if self.mark_file is not None:
+            # Java's signalTerminated (timestamp -1: free at once for the next start), also after a failed start;
+            # last, so the directory stays held until everything above has let go of it. The file stays.
+            self.mark_file.signal_terminated()
+            self.mark_file.close()
         log.info("archive closed: %s", self.ctx.archive_dir)
 
     def __enter__(self) -> Archive:

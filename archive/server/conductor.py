@@ -77,6 +77,7 @@ from aeron_archive_spark.archive.storage import segments
 from aeron_archive_spark.archive.storage.catalog import Catalog
 from aeron_archive_spark.archive.storage.checksums import Checksum, checksum_for_name
 from aeron_archive_spark.archive.storage.frames import FRAME_ALIGNMENT, to_int32
+from aeron_archive_spark.archive.storage.mark_file import UPDATE_INTERVAL_MS as MARK_FILE_UPDATE_INTERVAL_MS
 from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
 from aeron_archive_spark.archive.storage.recording_writer import RecordingWriter
 from aeron_archive_spark.archive.storage.time_index import TimeIndex, TimeIndexWriter
@@ -87,6 +88,7 @@ if TYPE_CHECKING:
     from aeron_archive_spark.archive.descriptor import RecordingDescriptor
     from aeron_archive_spark.archive.native import AeronClient, Counter, ExclusivePublication, Image, Subscription
     from aeron_archive_spark.archive.server.context import ArchiveContext
+    from aeron_archive_spark.archive.storage.mark_file import ArchiveMarkFile
 
 log = logging.getLogger(__name__)
 
@@ -124,12 +126,22 @@ class RecordingSubscription:
 
 
 class ArchiveConductor(Agent):
-    def __init__(self, ctx: ArchiveContext, aeron: AeronClient, catalog: Catalog, archive_id: int) -> None:
+    def __init__(
+        self,
+        ctx: ArchiveContext,
+        aeron: AeronClient,
+        catalog: Catalog,
+        archive_id: int,
+        mark_file: ArchiveMarkFile | None = None,
+    ) -> None:
         super().__init__("archive-conductor", self._on_agent_error, nano_clock=ctx.nano_clock)
         self.ctx = ctx
         self.aeron = aeron
         self.catalog = catalog
         self.archive_id = archive_id
+        # archive-mark.dat: its activity timestamp is this conductor's proof of life, its error log the archive's.
+        self.mark_file = mark_file
+        self._next_mark_file_update_ns = 0
         self.counters = ArchiveCounters(aeron, archive_id)
         self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         # Faults a peer can repeat at will are logged at most once a second per kind, with periodic counts.
@@ -200,10 +212,17 @@ class ArchiveConductor(Agent):
 
     # -- agent -------------------------------------------------------------------------------------------------
     def _on_agent_error(self, ex: BaseException) -> None:
+        """Every error the archive reports (any agent thread): counted, and recorded in the mark file's distinct
+        error log (as Java's archive error handler does), where `aeron-archive errors` and ArchiveTool read it."""
         try:
             self.counters.increment_errors()
         except Exception:
             log.exception("failed to count error")
+        if self.mark_file is not None:
+            try:
+                self.mark_file.record_error(ex)
+            except Exception:
+                log.exception("failed to record error in the mark file")
 
     def on_protocol_error(self, message: str, kind: str = KIND_MALFORMED, error: BaseException | None = None) -> None:
         """Count a malformed, misdirected or failing control request; log it rate-limited per kind.
@@ -259,6 +278,11 @@ class ArchiveConductor(Agent):
 
     def do_work(self, now_ns: int) -> int:
         self._now_ns = now_ns
+        if self.mark_file is not None and now_ns >= self._next_mark_file_update_ns:
+            # Java's conductor: the activity timestamp every second (MARK_FILE_UPDATE_INTERVAL_MS), from the
+            # epoch clock; a start elsewhere takes the directory as held while it is less than 10 s old.
+            self._next_mark_file_update_ns = now_ns + MARK_FILE_UPDATE_INTERVAL_MS * 1_000_000
+            self.mark_file.update_activity_timestamp(self.ctx.epoch_clock())
         work = self._run_tasks()
         work += self._adapter.poll()
         done_sessions = []

@@ -16,6 +16,11 @@ from aeron_archive_spark.archive.server.authorisation import (
     ReadOnlyAuthorisationService,
 )
 from aeron_archive_spark.archive.server.retention import RetentionLimits, RetentionOverride
+from aeron_archive_spark.archive.storage.mark_file import (
+    ERROR_BUFFER_LENGTH_DEFAULT,
+    HEADER_LENGTH,
+    LIVENESS_TIMEOUT_MS,
+)
 from aeron_archive_spark.archive.storage.time_index import INTERVAL_DEFAULT_NS as TIME_INDEX_INTERVAL_DEFAULT_NS
 
 
@@ -84,6 +89,13 @@ class ArchiveContext:
     # `HOST:PORT` of a Prometheus endpoint (`server.metrics`; port 0: any free one); None, the default, serves none.
     metrics_address: str | None = None
     client_name: str = "aeron-archive-py"
+    # archive-mark.dat (`storage.mark_file`, Java's ArchiveMarkFile): where it goes (Java's markFileDir; None: the
+    # archive directory), its error log's size (Java's errorBufferLength, at least 1 MiB), and how old its holder's
+    # activity timestamp must be before a start takes the directory over (Java's fixed LIVENESS_TIMEOUT_MS, 10 s;
+    # settable here so that tests of a dead holder need not wait that long).
+    mark_file_dir: str | None = None
+    error_buffer_length: int = ERROR_BUFFER_LENGTH_DEFAULT
+    mark_file_liveness_timeout_ms: int = LIVENESS_TIMEOUT_MS
     delete_archive_on_start: bool = False
     # Clocks (Aeron's `nanoClock` / `epochClock`), injectable so tests can step time: the agents read `nano_clock`
     # once per duty cycle and hand that time to their sessions; nothing in the server calls `time.*` for a deadline.
@@ -105,6 +117,12 @@ class ArchiveContext:
         if not self.archive_dir:
             raise ValueError("archive_dir must be set")
         self.archive_dir = os.path.abspath(self.archive_dir)
+        if self.mark_file_dir is not None:
+            self.mark_file_dir = os.path.abspath(self.mark_file_dir)
+        if not ERROR_BUFFER_LENGTH_DEFAULT <= self.error_buffer_length <= (1 << 31) - 1 - HEADER_LENGTH:
+            raise ValueError(f"invalid errorBufferLength={self.error_buffer_length} (at least 1 MiB, as Java's)")
+        if self.mark_file_liveness_timeout_ms <= 0:
+            raise ValueError(f"mark_file_liveness_timeout_ms must be > 0: {self.mark_file_liveness_timeout_ms}")
         seg = self.segment_file_length
         if not _is_power_of_two(seg) or not c.SEGMENT_FILE_LENGTH_MIN <= seg <= c.SEGMENT_FILE_LENGTH_MAX:
             raise ValueError(f"segment_file_length must be a power of 2 in [64 KiB, 1 GiB]: {seg}")
