@@ -35,7 +35,7 @@ def _size(text: str) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from aeron_archive_spark.archive.cli import credentials, retention
+    from aeron_archive_spark.archive.cli import credentials, mark_file, retention
     from aeron_archive_spark.archive.server.archive import Archive
     from aeron_archive_spark.archive.server.context import ArchiveContext
     from aeron_archive_spark.archive.server.metrics import MetricsAddressError
@@ -69,6 +69,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         retention_check_interval_ms=kept.check_interval_ms,
         time_index_interval_ns=_time_index_interval_ns(args.time_index_interval),
         metrics_address=args.metrics_address,
+        **mark_file.context_options(args),
     )
     if kept.is_set:
         log.info(
@@ -325,6 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
     from aeron_archive_spark.archive.cli import tool
 
     tool.add_subparser(sub)
+    from aeron_archive_spark.archive.cli import mark_file
+
+    mark_file.add_subparser(sub)  # pid, errors; and serve's mark file options
     _add_plugin_verbs(sub)
     return parser
 
