@@ -102,13 +102,13 @@ def test_a_new_file_has_javas_length_header_and_version_written_last(tmp_path):
 
 
 def test_a_header_too_long_for_8_kib_is_refused_as_java_refuses_it(tmp_path):
-    with _acquire(tmp_path, Clock()) as mark, pytest.raises(mf.ArchiveError, match="headerLength=.* > headerLengthCapacity=8192"):
+    with _acquire(tmp_path, Clock()) as mark, pytest.raises(mf.ArchiveError, match=r"headerLength=\d+ > headerLength"):
         _encode(mark, aeron_dir="/x" * 5000)
 
 
 def test_short_and_torn_files_are_named_errors(tmp_path):
     path = tmp_path / mf.FILENAME
-    with pytest.raises(mf.MarkFileError, match="no archive-mark.dat"):
+    with pytest.raises(mf.MarkFileError, match=r"no archive-mark\.dat"):
         mf.read_mark_file(str(tmp_path))
     path.write_bytes(b"\x80\x00\xc8\x00d\x00\x02\x00" + bytes(20))
     with pytest.raises(mf.MarkFileError, match="28 bytes: too short"):
@@ -264,7 +264,8 @@ def test_the_same_error_counts_up_and_a_new_one_gets_its_own_record():
         (1, 2000, 2000),
         (1, 2000, 2000),
     ]
-    assert log[0].text.startswith("ValueError: same\n\tat ") and "test_mark_file._raise(test_mark_file.py:" in log[0].text
+    assert log[0].text.startswith("ValueError: same\n\tat ")
+    assert "test_mark_file._raise(test_mark_file.py:" in log[0].text
     assert [e.text for e in read_error_log(buffer, since_timestamp=1500)] == [log[1].text, "text"]
 
 
