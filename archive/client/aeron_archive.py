@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -59,7 +59,7 @@ from aeron_archive_spark.archive.native import (
     Subscription,
 )
 from aeron_archive_spark.archive.storage.segments import segment_file_base_position
-from aeron_archive_spark.archive.storage.time_index import TimeIndex
+from aeron_archive_spark.archive.storage.time_index import NO_INDEX_INTERVAL, RANGE_DTYPE, TimeIndex
 
 __all__ = ["AeronArchive", "DescriptorMessage", "RecordingSignalEvent", "RequestIds"]
 
@@ -67,6 +67,10 @@ log = logging.getLogger(__name__)
 
 # A TimeIndexSamples message's samples: (timeNs, position) int64 pairs, little-endian, as a `.tix` file holds them.
 TIME_INDEX_SAMPLE_DTYPE = np.dtype([("time_ns", "<i8"), ("position", "<i8")])
+# TimeIndexesRequest: (recordingId, fromPosition, toPosition) triples, at most this many a request (6 KiB, within
+# the 8 KiB max message of a 64 KiB request term); an empty TimeIndexSamples closes each range's answer, with
+# intervalNs NO_INDEX_INTERVAL where the archive cannot date it.
+MAX_TIME_INDEX_RANGES = 256
 
 # Waiting for a control response: empty polls that only yield the CPU before the 0.1 ms sleeps begin.
 RESPONSE_WAIT_YIELDS = 10
@@ -880,30 +884,87 @@ class AeronArchive:
             )
             chunks: list[npt.NDArray[np.void]] = []
             interval_ns = 0
-            deadline = time.monotonic_ns() + self._timeout_ns
-            while True:
-                messages = self._poll_messages()
-                for i, msg in enumerate(messages):
-                    if (
-                        getattr(msg, "correlation_id", None) != correlation_id
-                        or msg.control_session_id != self.control_session_id
-                    ):
-                        continue
-                    if msg.template_id == t.TIME_INDEX_SAMPLES:
-                        chunks.append(np.frombuffer(msg.samples, dtype=TIME_INDEX_SAMPLE_DTYPE))
-                        interval_ns = max(interval_ns, msg.interval_ns)
-                        deadline = time.monotonic_ns() + self._timeout_ns
-                    elif msg.template_id == t.CONTROL_RESPONSE:
-                        self._inbox = messages[i + 1 :] + self._inbox
-                        if msg.code == ControlResponseCode.ERROR:
-                            raise ArchiveError(msg.error_message, msg.relevant_id, correlation_id)
-                        return _time_index_of(recording_id, chunks, interval_ns, msg.relevant_id, correlation_id)
-                if time.monotonic_ns() > deadline:
-                    raise ArchiveTimeoutError(
-                        f"no response to {name} within the message timeout", ErrorCode.GENERIC, correlation_id
+
+            def on_samples(msg: Any) -> None:
+                nonlocal interval_ns
+                chunks.append(np.frombuffer(msg.samples, dtype=TIME_INDEX_SAMPLE_DTYPE))
+                interval_ns = max(interval_ns, msg.interval_ns)
+
+            count = self._await_samples(correlation_id, name, on_samples)
+            return _time_index_of(recording_id, chunks, interval_ns, count, correlation_id)
+
+    def time_indexes(self, ranges: Sequence[tuple[int, int, int]]) -> list[TimeIndex | None]:
+        """`time_index` of each (recording id, from, to) range, in one round trip per `MAX_TIME_INDEX_RANGES`
+        (TimeIndexesRequest): what dates a read of many small recordings without a request each. None for a range
+        the archive cannot date (an unknown recording, or one without a time index): the others still are."""
+        self._require_time_index()
+        found: list[TimeIndex | None] = []
+        for first in range(0, len(ranges), MAX_TIME_INDEX_RANGES):
+            found.extend(self._time_indexes(ranges[first : first + MAX_TIME_INDEX_RANGES]))
+        return found
+
+    def _time_indexes(self, ranges: Sequence[tuple[int, int, int]]) -> list[TimeIndex | None]:
+        packed = np.array([tuple(r) for r in ranges], dtype=RANGE_DTYPE).tobytes()
+        with self._lock:
+            correlation_id, name = self._request(lambda ids: m.TimeIndexesRequest.of(**ids, ranges=packed))
+            answers: list[TimeIndex | None] = []
+            chunks: list[npt.NDArray[np.void]] = []
+
+            def on_samples(msg: Any) -> None:
+                if len(answers) >= len(ranges):
+                    raise ArchiveError(f"{name}: more ranges answered than asked", ErrorCode.GENERIC, correlation_id)
+                if msg.samples:
+                    chunks.append(np.frombuffer(msg.samples, dtype=TIME_INDEX_SAMPLE_DTYPE))
+                    return
+                rid = ranges[len(answers)][0]
+                if msg.recording_id != rid:
+                    raise ArchiveError(
+                        f"{name}: range {len(answers)} answered for recording {msg.recording_id}, asked for {rid}",
+                        ErrorCode.GENERIC,
+                        correlation_id,
                     )
-                if not messages:
-                    time.sleep(0.0001)
+                if msg.interval_ns == NO_INDEX_INTERVAL:
+                    answers.append(None)
+                else:
+                    count = sum(len(c) for c in chunks)
+                    answers.append(_time_index_of(rid, chunks, msg.interval_ns, count, correlation_id))
+                chunks.clear()
+
+            count = self._await_samples(correlation_id, name, on_samples)
+            if count != len(ranges) or len(answers) != len(ranges):
+                raise ArchiveError(
+                    f"{name}: {len(answers)} of {len(ranges)} ranges answered (the archive counted {count})",
+                    ErrorCode.GENERIC,
+                    correlation_id,
+                )
+            return answers
+
+    def _await_samples(self, correlation_id: int, name: str, on_samples: Callable[[Any], None]) -> int:
+        """Hand each TimeIndexSamples of the request to `on_samples` until its OK (the OK's relevantId returned) or
+        ERROR (raised); the message timeout runs from the last message received."""
+        deadline = time.monotonic_ns() + self._timeout_ns
+        while True:
+            messages = self._poll_messages()
+            for i, msg in enumerate(messages):
+                if (
+                    getattr(msg, "correlation_id", None) != correlation_id
+                    or msg.control_session_id != self.control_session_id
+                ):
+                    continue
+                if msg.template_id == t.TIME_INDEX_SAMPLES:
+                    on_samples(msg)
+                    deadline = time.monotonic_ns() + self._timeout_ns
+                elif msg.template_id == t.CONTROL_RESPONSE:
+                    self._inbox = messages[i + 1 :] + self._inbox
+                    if msg.code == ControlResponseCode.ERROR:
+                        raise ArchiveError(msg.error_message, msg.relevant_id, correlation_id)
+                    return int(msg.relevant_id)
+            if time.monotonic_ns() > deadline:
+                raise ArchiveTimeoutError(
+                    f"no response to {name} within the message timeout", ErrorCode.GENERIC, correlation_id
+                )
+            if not messages:
+                time.sleep(0.0001)
 
     # -- segment management (Java's detachSegments ... migrateSegments) ----------------------------------------
     def detach_segments(self, recording_id: int, new_start_position: int) -> None:

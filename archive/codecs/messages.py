@@ -1622,6 +1622,31 @@ class TimeIndexSamples(Message):
         )
 
 
+class TimeIndexesRequest(Message):
+    """TimeIndexesRequest (template id 1004)."""
+
+    __slots__ = ()
+    TEMPLATE_ID: ClassVar[int] = 1004
+
+    control_session_id: int
+    correlation_id: int
+    ranges: bytes
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        control_session_id: int,
+        correlation_id: int,
+        ranges: bytes,
+    ) -> TimeIndexesRequest:
+        return cls._of(
+            control_session_id=control_session_id,
+            correlation_id=correlation_id,
+            ranges=ranges,
+        )
+
+
 MESSAGE_CLASSES: tuple[type[Message], ...] = (
     ControlResponse,
     ConnectRequest,
@@ -1676,4 +1701,5 @@ MESSAGE_CLASSES: tuple[type[Message], ...] = (
     PositionAtTimeRequest,
     TimeIndexRequest,
     TimeIndexSamples,
+    TimeIndexesRequest,
 )

@@ -63,6 +63,7 @@ UPDATE_CHANNEL_REQUEST = 107
 POSITION_AT_TIME_REQUEST = 1001
 TIME_INDEX_REQUEST = 1002
 TIME_INDEX_SAMPLES = 1003
+TIME_INDEXES_REQUEST = 1004
 
 # Template id -> message name, for logs and error text.
 TEMPLATE_NAMES: dict[int, str] = {
@@ -119,4 +120,5 @@ TEMPLATE_NAMES: dict[int, str] = {
     POSITION_AT_TIME_REQUEST: "PositionAtTimeRequest",
     TIME_INDEX_REQUEST: "TimeIndexRequest",
     TIME_INDEX_SAMPLES: "TimeIndexSamples",
+    TIME_INDEXES_REQUEST: "TimeIndexesRequest",
 }

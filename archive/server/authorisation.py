@@ -70,6 +70,7 @@ READ_ONLY_ACTIONS: frozenset[int] = frozenset(
         t.REPLAY_TOKEN_REQUEST,
         t.POSITION_AT_TIME_REQUEST,
         t.TIME_INDEX_REQUEST,
+        t.TIME_INDEXES_REQUEST,
     }
 )
 

@@ -72,7 +72,12 @@ from aeron_archive_spark.archive.server.replication_session import (
 )
 from aeron_archive_spark.archive.server.retention import RetentionCheck
 from aeron_archive_spark.archive.server.session import Session
-from aeron_archive_spark.archive.server.time_index_session import TimeIndexSession, position_at_time
+from aeron_archive_spark.archive.server.time_index_session import (
+    TimeIndexesSession,
+    TimeIndexSession,
+    position_at_time,
+    time_index_ranges,
+)
 from aeron_archive_spark.archive.storage import segments
 from aeron_archive_spark.archive.storage.catalog import Catalog
 from aeron_archive_spark.archive.storage.checksums import Checksum, checksum_for_name
@@ -100,7 +105,7 @@ COUNTERS_PUBLISH_INTERVAL_NS = 1_000_000
 # sender back; an IPC or a fast UDP feed fills it within one short sleep.
 RECORDER_TRICKLE_BYTES = 32 * 1024
 
-type Listing = ListRecordingsSession | ListRecordingSubscriptionsSession | TimeIndexSession
+type Listing = ListRecordingsSession | ListRecordingSubscriptionsSession | TimeIndexSession | TimeIndexesSession
 
 
 @dataclass
@@ -993,6 +998,14 @@ class ArchiveConductor(Agent):
         index = self._time_index(request.recording_id)
         listing = TimeIndexSession(session, request.correlation_id, index, request.from_position, request.to_position)
         listing.do_work(self._now_ns)  # a short answer goes at once; a long one goes on each duty cycle
+        self._start_listing(session, listing)
+
+    def time_indexes(self, session: ControlClient, request: m.TimeIndexesRequest) -> None:
+        if session.active_listing is not None:
+            raise ArchiveError("active listing already in progress", ErrorCode.ACTIVE_LISTING)
+        ranges = time_index_ranges(request.ranges)
+        listing = TimeIndexesSession(session, request.correlation_id, ranges, self._time_index)
+        listing.do_work(self._now_ns)
         self._start_listing(session, listing)
 
     # -- retention (RetentionHost) ---------------------------------------------------------------------------

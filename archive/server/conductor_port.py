@@ -152,3 +152,6 @@ class ConductorPort(Protocol):
 
     def time_index(self, session: ControlClient, request: m.TimeIndexRequest) -> None:
         """Ours (1002): TimeIndexSamples messages, then OK(their sample count)."""
+
+    def time_indexes(self, session: ControlClient, request: m.TimeIndexesRequest) -> None:
+        """Ours (1004): each range's TimeIndexSamples then an empty one closing it, then OK(the range count)."""

@@ -600,6 +600,9 @@ class ControlSession:
     def on_time_index(self, request: m.TimeIndexRequest) -> None:
         self._serve(request.name, request.correlation_id, lambda: self._conductor.time_index(self, request))
 
+    def on_time_indexes(self, request: m.TimeIndexesRequest) -> None:
+        self._serve(request.name, request.correlation_id, lambda: self._conductor.time_indexes(self, request))
+
     def on_archive_id(self, request: m.ArchiveIdRequest) -> None:
         if self._activate(request.name):
             self.send_ok(request.correlation_id, self._conductor.archive_id)

@@ -106,6 +106,7 @@ HANDLERS: dict[type[Message], RequestHandler] = {
     m.ReplayTokenRequest: ControlSession.on_replay_token_request,
     m.PositionAtTimeRequest: ControlSession.on_position_at_time,  # ours, beyond Aeron's schema
     m.TimeIndexRequest: ControlSession.on_time_index,  # ours, beyond Aeron's schema
+    m.TimeIndexesRequest: ControlSession.on_time_indexes,  # ours, beyond Aeron's schema
 }
 
 # The first version of the schema whose replay requests carry a replay token (Java's REPLAY_TOKEN_VERSION).

@@ -15,7 +15,7 @@ unknown recording, GENERIC naming the recording for one without an index or a ti
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 
 import numpy as np
 import numpy.typing as npt
@@ -23,7 +23,12 @@ import numpy.typing as npt
 from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
 from aeron_archive_spark.archive.server.conductor_port import ControlResponder
 from aeron_archive_spark.archive.server.listing_session import ListingSession
-from aeron_archive_spark.archive.storage.time_index import SAMPLE_LENGTH, TimeIndexError
+from aeron_archive_spark.archive.storage.time_index import (
+    NO_INDEX_INTERVAL,
+    RANGE_DTYPE,
+    SAMPLE_LENGTH,
+    TimeIndexError,
+)
 from aeron_archive_spark.archive.storage.time_index_search import RecordingTimeIndex, TimeIndexUnavailable
 
 log = logging.getLogger(__name__)
@@ -111,6 +116,110 @@ class TimeIndexSession(ListingSession):
     def close(self) -> None:
         self._done = True
         self._chunks.close()  # the file it was reading
+
+    def abort(self, reason: str = "") -> None:
+        self.close()
+
+
+def time_index_ranges(raw: bytes) -> npt.NDArray[np.void]:
+    """The (recordingId, fromPosition, toPosition) triples of a TimeIndexesRequest; `ArchiveError` if it holds
+    something else."""
+    if len(raw) % RANGE_DTYPE.itemsize:
+        raise ArchiveError(f"TimeIndexesRequest ranges of {len(raw)} bytes: not (recordingId, from, to) int64 triples")
+    return np.frombuffer(raw, dtype=RANGE_DTYPE)
+
+
+class TimeIndexesSession(ListingSession):
+    """One TimeIndexes answer: for each range in order, its samples (TimeIndexSamples messages, none of them empty),
+    then one empty TimeIndexSamples closing it (intervalNs: the range's widest interval, or `NO_INDEX_INTERVAL` when the
+    recording is unknown or has no index: such a range is answered, not an error, so one recording without an
+    index never costs the others theirs); then OK(relevantId = the number of ranges).
+
+    It lets a reader of many small recordings (a Spark partition of hundreds) date them in one round trip instead
+    of one TimeIndexRequest each. `index_of` builds a range's `RecordingTimeIndex` (raising `ArchiveError` for an
+    unknown recording); files are read as their samples are sent."""
+
+    def __init__(
+        self,
+        control_session: ControlResponder,
+        correlation_id: int,
+        ranges: npt.NDArray[np.void],
+        index_of: Callable[[int], RecordingTimeIndex],
+    ) -> None:
+        super().__init__(control_session, correlation_id)
+        self._ranges = ranges
+        self._index_of = index_of
+        self._next_range = 0
+        self._current: tuple[int, RecordingTimeIndex, Generator[npt.NDArray[np.void]]] | None = None
+        self._pending: bytes | None = None  # samples of the current range not yet sent
+        self._closing: tuple[int, int] | None = None  # (recording id, interval) of the empty message to send
+
+    def _open_next(self) -> bool:
+        """Start answering the next range; False when none is left."""
+        if self._next_range >= len(self._ranges):
+            return False
+        row = self._ranges[self._next_range]
+        self._next_range += 1
+        recording_id = int(row["recording_id"])
+        try:
+            index = self._index_of(recording_id)
+            chunks = index.samples(int(row["from_position"]), int(row["to_position"]), MAX_SAMPLES_PER_MESSAGE)
+            self._current = (recording_id, index, chunks)
+            self._pending = self._next_chunk()
+        except (ArchiveError, TimeIndexUnavailable, TimeIndexError) as ex:
+            log.debug("time indexes: recording %d not dated: %s", recording_id, ex)
+            self._current = None
+            self._pending = None
+            self._closing = (recording_id, NO_INDEX_INTERVAL)
+        return True
+
+    def _next_chunk(self) -> bytes | None:
+        assert self._current is not None
+        recording_id, index, chunks = self._current
+        chunk = next(chunks, None)
+        while chunk is not None and len(chunk) == 0:
+            chunk = next(chunks, None)
+        if chunk is None:
+            self._closing = (recording_id, index.interval_ns)
+            self._current = None
+            return None
+        return chunk.tobytes()
+
+    def do_work(self, now_ns: int) -> int:
+        work = 0
+        while not self._done and work < MAX_MESSAGES_PER_WORK_CYCLE:
+            if self._closing is not None:
+                recording_id, interval = self._closing
+                if not self._control_session.send_time_index_samples(self._correlation_id, recording_id, interval, b""):
+                    return work
+                self._closing = None
+                work += 1
+                continue
+            if self._pending is not None and self._current is not None:
+                recording_id, index, _ = self._current
+                if not self._control_session.send_time_index_samples(
+                    self._correlation_id, recording_id, index.interval_ns, self._pending
+                ):
+                    return work
+                work += 1
+                try:
+                    self._pending = self._next_chunk()
+                except (TimeIndexUnavailable, TimeIndexError) as ex:
+                    self._control_session.send_error(self._correlation_id, ErrorCode.GENERIC, str(ex))
+                    self.close()
+                    return work
+                continue
+            if not self._open_next():
+                self._control_session.send_ok(self._correlation_id, len(self._ranges))
+                self._done = True
+                return work + 1
+        return work
+
+    def close(self) -> None:
+        self._done = True
+        if self._current is not None:
+            self._current[2].close()
+        self._current = None
 
     def abort(self, reason: str = "") -> None:
         self.close()

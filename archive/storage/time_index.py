@@ -46,6 +46,10 @@ SAMPLE_LENGTH = SAMPLE.size  # 16
 INTERVAL_DEFAULT_NS = 10_000_000  # 10 ms: the bound on a recorded time, settable per archive
 
 _SAMPLE_DTYPE = np.dtype([("time_ns", "<i8"), ("position", "<i8")])
+# Ranges of a TimeIndexesRequest (this project's control request 1004), and the interval of the message that
+# closes a range the archive cannot date (docs/control-protocol.md).
+RANGE_DTYPE = np.dtype([("recording_id", "<i8"), ("from_position", "<i8"), ("to_position", "<i8")])
+NO_INDEX_INTERVAL = -1
 
 
 def time_index_file_name(recording_id: int, base_position: int) -> str:
@@ -103,10 +107,13 @@ class TimeIndexError(ValueError):
 
 def _read_header(fd: int, path: str) -> int:
     """The interval of a time index file's header; raises TimeIndexError naming the file if it is not one."""
-    raw = os.pread(fd, HEADER_LENGTH, 0)
+    return _parse_header(os.pread(fd, HEADER_LENGTH, 0), path)
+
+
+def _parse_header(raw: bytes, path: str) -> int:
     if len(raw) < HEADER_LENGTH:
         raise TimeIndexError(f"time index {path}: {len(raw)}-byte header, expected {HEADER_LENGTH}")
-    magic, version, header_length, interval_ns = HEADER.unpack(raw)
+    magic, version, header_length, interval_ns = HEADER.unpack_from(raw)
     if magic != MAGIC or header_length != HEADER_LENGTH:
         raise TimeIndexError(f"time index {path}: not a time index file (magic {magic!r})")
     if version != VERSION:
@@ -114,17 +121,22 @@ def _read_header(fd: int, path: str) -> int:
     return int(interval_ns)
 
 
-def read_samples(path: str) -> npt.NDArray[np.void]:
-    """The whole samples of one `.tix` file (a torn last sample left out), as a structured array."""
+def read_file(path: str) -> tuple[int, npt.NDArray[np.void]]:
+    """(interval ns, whole samples) of one `.tix` file, a torn last sample left out: one open and one read."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        _read_header(fd, path)
         size = os.fstat(fd).st_size
-        count = (size - HEADER_LENGTH) // SAMPLE_LENGTH
-        raw = os.pread(fd, count * SAMPLE_LENGTH, HEADER_LENGTH) if count > 0 else b""
+        raw = os.pread(fd, size, 0)
     finally:
         os.close(fd)
-    return np.frombuffer(raw, dtype=_SAMPLE_DTYPE, count=len(raw) // SAMPLE_LENGTH)
+    interval = _parse_header(raw, path)
+    count = (len(raw) - HEADER_LENGTH) // SAMPLE_LENGTH
+    return interval, np.frombuffer(raw, dtype=_SAMPLE_DTYPE, count=count, offset=HEADER_LENGTH)
+
+
+def read_samples(path: str) -> npt.NDArray[np.void]:
+    """The whole samples of one `.tix` file (a torn last sample left out), as a structured array."""
+    return read_file(path)[1]
 
 
 @dataclass(frozen=True)
@@ -243,14 +255,11 @@ def _read_paths(
     interval = 0
     for path in paths:
         try:
-            fd = os.open(path, os.O_RDONLY)
+            file_interval, samples = read_file(path)
         except FileNotFoundError:  # none for this segment, or deleted by a purge meanwhile
             continue
-        try:
-            interval = max(interval, _read_header(fd, path))
-        finally:
-            os.close(fd)
-        chunks.append(read_samples(path))
+        interval = max(interval, file_interval)
+        chunks.append(samples)
     samples = np.concatenate(chunks) if chunks else np.empty(0, dtype=_SAMPLE_DTYPE)
     times, positions = _within(samples, start_position, stop_position)
     return TimeIndex(recording_id, times, positions, interval)

@@ -72,15 +72,18 @@ MIN_BATCH_BYTES = 1024 * 1024
 def timestamp_column(times: TimeIndex | None, positions: np.ndarray) -> pa.Array:
     """The `timestamp` column of messages at `positions`: when the archive recorded each (µs since the epoch, UTC),
     null where the time index does not date it."""
-    n = int(positions.size)
     if times is None or times.is_empty:
-        return pa.nulls(n, _TIMESTAMP)
-    ns = times.times_at(np.ascontiguousarray(positions, dtype=np.int64))
+        return pa.nulls(int(positions.size), _TIMESTAMP)
+    return _timestamps_of(times.times_at(np.ascontiguousarray(positions, dtype=np.int64)))
+
+
+def _timestamps_of(ns: np.ndarray) -> pa.Array:
+    """Epoch ns (-1: unknown) as the `timestamp` column (µs, null where unknown)."""
     unknown = ns < 0
     micros = ns // 1000
     if bool(unknown.any()):
         return pa.array(micros, type=_TIMESTAMP, mask=unknown)
-    return pa.Array.from_buffers(_TIMESTAMP, n, [None, pa.py_buffer(micros)])
+    return pa.Array.from_buffers(_TIMESTAMP, int(ns.size), [None, pa.py_buffer(micros)])
 
 
 def binary_column(chunk: np.ndarray, starts: np.ndarray, lengths: np.ndarray, stride: int = 0) -> pa.Array:
@@ -235,15 +238,17 @@ def _rows_batch(rows: list[DecodedRows]) -> pa.RecordBatch:
 
 
 def _rows_timestamps(rows: list[DecodedRows], positions: np.ndarray) -> pa.Array:
-    """The `timestamp` column of `rows` (of several recordings, each dated by its own time index)."""
+    """The `timestamp` column of `rows` (of several recordings, each dated by its own time index): one array built
+    once, not one per recording concatenated (a partition of many small recordings merges hundreds)."""
     if len(rows) == 1 or all(r.times is rows[0].times for r in rows):
         return timestamp_column(rows[0].times, positions)
-    parts = []
+    ns = np.full(int(positions.size), -1, dtype=np.int64)
     at = 0
     for r in rows:
-        parts.append(timestamp_column(r.times, positions[at : at + r.num_rows]))
+        if r.times is not None and not r.times.is_empty:
+            ns[at : at + r.num_rows] = r.times.times_at(positions[at : at + r.num_rows])
         at += r.num_rows
-    return pa.concat_arrays(parts)
+    return _timestamps_of(ns)
 
 
 def merge_decoded(items: list[pa.RecordBatch | DecodedRows]) -> pa.RecordBatch:

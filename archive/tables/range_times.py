@@ -12,13 +12,14 @@ None where no index dates the range: the rows' `timestamp` is then null.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from aeron_archive_spark.archive.client.connection import ConnectionOptions
 from aeron_archive_spark.archive.client.pool import ConnectionPool, connection_pool
 from aeron_archive_spark.archive.exceptions import ArchiveDisconnectedError, ArchiveError, ArchiveTimeoutError
 from aeron_archive_spark.archive.storage.segments import segment_file_base_position
 from aeron_archive_spark.archive.storage.time_index import TimeIndex, read_segment_time_index
-from aeron_archive_spark.archive.tables.ranges import ReadRange, Replicas, SegmentFiles
+from aeron_archive_spark.archive.tables.ranges import ReadRange, Replicas, RunningArchive, SegmentFiles
 from aeron_archive_spark.archive.tables.replica_chunks import COPY_FAILURES
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,30 @@ def range_time_index(read_range: ReadRange, pool: ConnectionPool | None = None) 
     else:
         index = _archive_index(location.connection, read_range.recording_id, read_range, pool or connection_pool())
     return None if index is None or index.is_empty else index
+
+
+def range_time_indexes(ranges: Sequence[ReadRange], pool: ConnectionPool | None = None) -> list[TimeIndex | None]:
+    """`range_time_index` of each range, in order; the ranges of one running archive in one TimeIndexesRequest per
+    256 (a Spark partition of hundreds of small recordings dates them in a round trip, not one each)."""
+    found: list[TimeIndex | None] = [None] * len(ranges)
+    by_archive: dict[ConnectionOptions, list[int]] = {}
+    for at, read_range in enumerate(ranges):
+        if isinstance(read_range.location, RunningArchive):
+            by_archive.setdefault(read_range.location.connection, []).append(at)
+        else:
+            found[at] = range_time_index(read_range, pool)
+    for connection, members in by_archive.items():
+        if len(members) == 1:
+            found[members[0]] = range_time_index(ranges[members[0]], pool)
+            continue
+        with (pool or connection_pool()).archive(connection, purpose="replay") as archive:
+            if not archive.answers_time_index:
+                continue
+            asked = [(ranges[at].recording_id, ranges[at].start, ranges[at].limit) for at in members]
+            answers = archive.time_indexes(asked)
+        for at, index in zip(members, answers, strict=True):
+            found[at] = None if index is None or index.is_empty else index
+    return found
 
 
 def _archive_index(

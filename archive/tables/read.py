@@ -22,10 +22,11 @@ from aeron_archive_spark.archive.descriptor import RecordingDescriptor
 from aeron_archive_spark.archive.exceptions import ArchiveError
 from aeron_archive_spark.archive.storage.catalog import Catalog
 from aeron_archive_spark.archive.storage.frames import FrameScan, scan_frames
+from aeron_archive_spark.archive.storage.time_index import TimeIndex
 from aeron_archive_spark.archive.tables.chunks import ChunkSource, DiskChunkSource
 from aeron_archive_spark.archive.tables.decode import MIN_BATCH_BYTES, DecodedRows, RangeDecoder, merge_decoded
 from aeron_archive_spark.archive.tables.payload import PayloadDecoder
-from aeron_archive_spark.archive.tables.range_times import range_time_index
+from aeron_archive_spark.archive.tables.range_times import range_time_index, range_time_indexes
 from aeron_archive_spark.archive.tables.ranges import ReadLocation, ReadRange, Replicas, SegmentFiles
 from aeron_archive_spark.archive.tables.replay_chunks import ReplayChunkSource
 from aeron_archive_spark.archive.tables.replica_chunks import COPY_FAILURES, ReplicaChunkSource
@@ -72,7 +73,8 @@ def read_batches(
 
     `source`: where the frames come from (default: `open_chunk_source(read_range)`).
     """
-    for item in _read_items(read_range, schema, decoder, source, min_batch_bytes, defer_small=False):
+    times = range_time_index(read_range)
+    for item in _read_items(read_range, schema, decoder, source, min_batch_bytes, False, times):
         assert isinstance(item, pa.RecordBatch)
         yield item
 
@@ -84,13 +86,20 @@ def _read_items(
     source: ChunkSource | None,
     min_batch_bytes: int,
     defer_small: bool,
+    times: TimeIndex | None,
 ) -> Iterator[pa.RecordBatch | DecodedRows]:
-    """`read_batches`; with `defer_small`, a few whole messages may come as `DecodedRows` (for `read_ranges`)."""
+    """`read_batches`; with `defer_small`, a few whole messages may come as `DecodedRows` (for `read_ranges`).
+    `times`: the range's time index (`range_times`), which dates its rows."""
     chunk_source = source if source is not None else open_chunk_source(read_range)
     scanned = getattr(chunk_source, "iter_scanned_chunks", None)
     chunks = scanned(read_range) if scanned is not None else chunk_source.iter_chunks(read_range)
     decoding = (_StopDecoder if read_range.ends_at_stop else RangeDecoder)(
-        read_range, schema, decoder, min_batch_bytes, defer_small=defer_small, times=range_time_index(read_range)
+        read_range,
+        schema,
+        decoder,
+        min_batch_bytes,
+        defer_small=defer_small,
+        times=times,
     )
     yield from decoding.items(chunks)
     log.debug(
@@ -128,12 +137,15 @@ def read_ranges(
     held: list[pa.RecordBatch | DecodedRows] = []
     held_bytes = 0
 
+    times = dict(zip((id(r) for r in ranges), range_time_indexes(ranges), strict=True))
+
     def items(read_range: ReadRange, source: ChunkSource) -> Iterator[pa.RecordBatch | DecodedRows]:
         current: ReadRange | None = read_range
+        dated = times[id(read_range)]  # positions stay valid for what is left of the range after a loss
         while current is not None:
             tracked = _TrackedChunks(source, current.start)
             try:
-                yield from _read_items(current, schema, decoder, tracked, MIN_BATCH_BYTES, defer_small=True)
+                yield from _read_items(current, schema, decoder, tracked, MIN_BATCH_BYTES, True, dated)
                 return
             except Exception as ex:
                 if after_loss is None:

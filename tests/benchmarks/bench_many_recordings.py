@@ -12,8 +12,13 @@ charged the CPU seconds every process on the machine spent inside it (`/proc`, r
 into this process (the archive and its media driver), Spark's JVM and its Python workers: on two shared cores the
 total decides the time.
 
+With `--time-index compare`, each path also reads the N small recordings with their time index files moved away
+(`<path> many no-index`): the `timestamp` column is then null and no index is read or asked for, so `many /
+many no-index` is what dating the rows of many small ranges costs (a `.tix` read each, or a TimeIndexRequest each
+through the archive).
+
 Run: `bash ci/bench.sh many_recordings [--recordings N] [--rows-per R] [--payload B] [--repeat K]
-[--paths archiveDir,replay] [--open-cost BYTES]` (`--paths archiveDir`: only the segment-file path; `--open-cost`:
+[--paths archiveDir,replay] [--open-cost BYTES] [--time-index compare]` (`--paths archiveDir`: only the segment-file path; `--open-cost`:
 `openCostInBytes` for the read of the N small recordings, to weigh the packing's cost model).
 """
 
@@ -132,6 +137,8 @@ def main() -> None:
                         help="media driver directory parent (default: the embedded default, /dev/shm if roomy)")
     parser.add_argument("--open-cost", default=None,
                         help="openCostInBytes for the read of the N small recordings (default: the path's default)")
+    parser.add_argument("--time-index", choices=["on", "compare"], default="on",
+                        help="also read the small recordings with their time index files moved away")
     args = parser.parse_args()
     paths = [p.strip() for p in args.paths.split(",") if p.strip()]
     unknown = set(paths) - {"archiveDir", "replay"}
@@ -180,6 +187,18 @@ def main() -> None:
                 continue
             cases[f"{path} many"] = {**location, **many}
             cases[f"{path} one"] = {**location, **single}
+            if args.time_index == "compare":
+                cases[f"{path} many no-index"] = {**location, **many}
+
+        hidden = os.path.join(root, "hidden-time-index")
+        os.makedirs(hidden)
+
+        def time_index(present: bool) -> None:
+            """Move the archive's .tix files away (or back): the reads then find no index."""
+            source, target = (hidden, h.ctx.archive_dir) if present else (h.ctx.archive_dir, hidden)
+            for name in os.listdir(source):
+                if name.endswith(".tix"):
+                    os.replace(os.path.join(source, name), os.path.join(target, name))
 
         def total(options: dict[str, str]) -> Callable[[], None]:
             def run() -> None:
@@ -188,10 +207,12 @@ def main() -> None:
             return run
 
         for name, options in cases.items():  # warm up (Python workers, pooled sessions); check the row count
+            time_index(present="no-index" not in name)
             got = spark.read.format("aeron-archive").options(**options).load().count()
             assert got == total_rows, f"{name}: {got} rows, expected {total_rows}"
         for _ in range(args.repeat):
             for name, options in cases.items():
+                time_index(present="no-index" not in name)
                 figures = results.setdefault(name, {"plan": [], "total": []})
                 seconds, partitions[name] = plan(options)
                 figures["plan"].append(seconds)
@@ -223,6 +244,9 @@ def main() -> None:
     for path in paths:
         ratio = med[f"{path} many"]["total"] / med[f"{path} one"]["total"]
         print(f"{path}: {args.recordings} small / one, total time: {ratio:.2f}x")
+        if args.time_index == "compare":
+            dated = med[f"{path} many"]["total"] / med[f"{path} many no-index"]["total"]
+            print(f"{path}: {args.recordings} small, time index / none, total time: {dated:.3f}x")
 
 
 if __name__ == "__main__":

@@ -138,3 +138,39 @@ def test_unknown_recordings_recordings_without_an_index_and_times_before_it_are_
         extension.close()
     finally:
         h.close()
+
+
+def test_the_time_indexes_of_many_ranges_come_in_one_request(aeron_dir, tmp_path):
+    """TimeIndexesRequest: each range answered as its own TimeIndexRequest would be, in order; an unknown
+    recording or one without an index is None, not an error; more ranges than one request holds are split."""
+    from aeron_archive_spark.archive.client.aeron_archive import MAX_TIME_INDEX_RANGES
+
+    h = Harness(aeron_dir, str(tmp_path / "archive"), time_index_interval_ns=INTERVAL_NS)
+    try:
+        ids = []
+        for stream in (7811, 7812):
+            h.client.start_recording(CHANNEL, stream)
+            publication = h.client.aeron.add_exclusive_publication(CHANNEL, stream)
+            rid = h.await_signal(RecordingSignal.START, count=len(ids) + 1).recording_id
+            publish_bursts(h.client, publication, rid, bursts=3, gap_s=0.02)
+            publication.close()
+            h.await_signal(RecordingSignal.STOP, rid)
+            ids.append(rid)
+        stops = {rid: h.client.get_stop_position(rid) for rid in ids}
+        for path in (tmp_path / "archive").glob(f"{ids[1]}-*.tix"):
+            path.unlink()  # recording 2 now has no index
+        asked = [(ids[0], 0, stops[ids[0]]), (ids[1], 0, stops[ids[1]]), (99, 0, 1024),
+                 (ids[0], 4096, stops[ids[0]] // 2)]
+        answers = h.client.time_indexes(asked)
+        assert answers[1] is None and answers[2] is None
+        for (rid, low, high), answer in zip(asked, answers, strict=True):
+            if answer is not None:
+                local = read_time_index(h.ctx.archive_dir, rid, low, high)
+                assert answer.positions.tolist() == local.positions.tolist()
+                assert answer.times_ns.tolist() == local.times_ns.tolist() and answer.interval_ns == INTERVAL_NS
+        many = [(ids[0], 0, stops[ids[0]])] * (MAX_TIME_INDEX_RANGES + 3)
+        split = h.client.time_indexes(many)
+        assert len(split) == len(many) and all(a is not None and len(a.positions) == len(answers[0].positions)
+                                               for a in split)
+    finally:
+        h.close()

@@ -130,8 +130,9 @@ EXPECTED: dict[str, tuple[int, int, list[tuple[str, str, int, int]], list[tuple[
                                     _f("toPosition", I8, 32)], []),
     "TimeIndexSamples": (1003, 32, [_CS, _CO, _f("recordingId", I8, 16), _f("intervalNs", I8, 24)],
                          [("samples", "d", 0)]),
+    "TimeIndexesRequest": (1004, 16, [_CS, _CO], [("ranges", "d", 0)]),
 }
-EXTENSIONS = ("PositionAtTimeRequest", "TimeIndexRequest", "TimeIndexSamples")
+EXTENSIONS = ("PositionAtTimeRequest", "TimeIndexRequest", "TimeIndexSamples", "TimeIndexesRequest")
 
 MESSAGE_NAMES = sorted(EXPECTED, key=lambda n: EXPECTED[n][0])
 ENUM_FIELDS = {"code", "sourceLocation", "applyStreamId", "autoStop", "signal", "state"}
@@ -192,8 +193,8 @@ def test_extensions_stay_clear_of_aerons_template_ids() -> None:
     aeron = [EXPECTED[name][0] for name in EXPECTED if name not in EXTENSIONS]
     ours = [EXPECTED[name][0] for name in EXTENSIONS]
     assert max(aeron) < 1000 < min(ours)
-    assert (templates.POSITION_AT_TIME_REQUEST, templates.TIME_INDEX_REQUEST, templates.TIME_INDEX_SAMPLES) == (
-        1001, 1002, 1003)
+    assert (templates.POSITION_AT_TIME_REQUEST, templates.TIME_INDEX_REQUEST, templates.TIME_INDEX_SAMPLES,
+            templates.TIME_INDEXES_REQUEST) == (1001, 1002, 1003, 1004)
 
 
 def test_template_constants_match_schema() -> None:

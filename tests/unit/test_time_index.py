@@ -222,3 +222,21 @@ def test_an_unwritable_index_never_stops_the_recording(tmp_path: Path) -> None:
 def _extent(builder: StreamBuilder, stop: int) -> segments.RecordingExtent:
     return make_descriptor(start_position=builder.start_position, stop_position=stop)
 
+
+
+def test_merged_rows_of_several_recordings_are_each_dated_by_their_own_index() -> None:
+    from aeron_archive_spark.archive.storage.time_index import TimeIndex
+    from aeron_archive_spark.archive.tables.decode import DecodedRows, merge_decoded
+
+    def index(rid: int, base_ns: int) -> TimeIndex:
+        return TimeIndex(rid, np.array([base_ns, base_ns + 5_000], dtype=np.int64),
+                         np.array([0, 64], dtype=np.int64), 10 * MS)
+
+    rows = [
+        DecodedRows(1, 0, 0, [0, 64], [0, 0], [1, 1], b"ab", index(1, 1_000_000)),
+        DecodedRows(2, 0, 0, [0], [0], [1], b"c", None),  # no index: null
+        DecodedRows(3, 0, 0, [32, 96], [0, 0], [1, 1], b"de", index(3, 9_000_000)),
+    ]
+    batch = merge_decoded(rows)
+    micros = batch.column("timestamp").cast("int64").to_pylist()
+    assert micros == [1_000, 1_005, None, 9_000, 9_005]

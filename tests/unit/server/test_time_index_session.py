@@ -142,3 +142,42 @@ def test_an_aborted_answer_sends_nothing_more(tmp_path: Path) -> None:
     sent = len(responder.responses)
     session.abort("control session closed")
     assert session.is_done() and session.do_work(0) == 0 and len(responder.responses) == sent
+
+
+def test_several_ranges_each_closed_by_an_empty_message_with_back_pressure(tmp_path: Path) -> None:
+    """TimeIndexesSession: each range's samples, then an empty message closing it (NO_INDEX_INTERVAL for a
+    recording that cannot be dated, which is not an error), then OK(the number of ranges)."""
+    from aeron_archive_spark.archive.server.time_index_session import TimeIndexesSession, time_index_ranges
+    from aeron_archive_spark.archive.storage.time_index import NO_INDEX_INTERVAL, RANGE_DTYPE
+
+    limit = write_index(tmp_path, 2000)
+
+    def index_of(recording_id: int) -> RecordingTimeIndex:
+        if recording_id == 99:
+            raise ArchiveError("unknown recording id: 99", ErrorCode.UNKNOWN_RECORDING)
+        return index(tmp_path, limit) if recording_id == RID else RecordingTimeIndex(
+            tmp_path, RecordingGeometry(recording_id, 0, 1024, TERM, SEGMENT))  # no files: no index
+
+    asked = [(RID, 0, limit), (99, 0, 64), (7, 0, 1024), (RID, 6400, 12800)]
+    ranges = time_index_ranges(np.array(asked, dtype=RANGE_DTYPE).tobytes())
+    responder = FakeResponder(back_pressured=True)
+    session = TimeIndexesSession(responder, CORRELATION_ID, ranges, index_of)
+    assert session.do_work(0) == 0
+    while not session.is_done():
+        responder.back_pressured = not responder.back_pressured
+        session.do_work(0)
+    answers: list[tuple[int, int, list[int]]] = []  # (recording id, interval, positions) per range
+    current: list[int] = []
+    for r in responder.of_kind("samples"):
+        if r.values[2]:
+            current.extend(np.frombuffer(r.values[2], dtype=SAMPLE_DTYPE)["position"].tolist())
+        else:
+            answers.append((r.values[0], r.values[1], current))
+            current = []
+    assert [(rid, interval) for rid, interval, _ in answers] == [
+        (RID, MS), (99, NO_INDEX_INTERVAL), (7, NO_INDEX_INTERVAL), (RID, MS)]
+    assert answers[0][2] == read_time_index(tmp_path, RID, 0, limit).positions.tolist()
+    assert answers[3][2] == read_time_index(tmp_path, RID, 6400, 12800).positions.tolist()
+    assert responder.responses[-1].kind == "ok" and responder.responses[-1].values == (4,)
+    with pytest.raises(ArchiveError, match="not \\(recordingId, from, to\\) int64 triples"):
+        time_index_ranges(b"x" * 25)
