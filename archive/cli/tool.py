@@ -15,7 +15,9 @@ import argparse
 import json
 import logging
 import sys
+import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from aeron_archive_spark.archive.constants import RecordingState
@@ -117,14 +119,21 @@ def _offline(directory: str, verb: str) -> str:
 
 
 def _running_archive(directory: str) -> str | None:
-    """What shows an archive running on the directory, or None: a process with the catalog mapped for writing.
-    The place to ask the archive's mark file too (its activity timestamp), once the directory has one."""
+    """What shows an archive running on the directory, or None: its mark file's holder judged live (as a starting
+    archive judges it: Java's activity rule, which also sees an archive on another host sharing the directory), or a
+    process on this host with the catalog mapped for writing."""
     from aeron_archive_spark.archive.storage import maintenance
+    from aeron_archive_spark.archive.storage.mark_file import holder_liveness
 
-    writers = maintenance.catalog_writers(directory)
-    if not writers:
-        return None
-    return "; ".join(f"pid {w.pid} has the catalog mapped for writing: {w.command or '?'}" for w in writers)
+    found = []
+    liveness = holder_liveness(directory)
+    if liveness is not None and liveness.live:
+        found.append(f"its mark file shows an archive: {liveness.reason}")
+    found.extend(
+        f"pid {w.pid} has the catalog mapped for writing: {w.command or '?'}"
+        for w in maintenance.catalog_writers(directory)
+    )
+    return "; ".join(found) or None
 
 
 def _confirmed(args: argparse.Namespace, warning: str) -> bool:
@@ -175,21 +184,45 @@ def _count_entries(args: argparse.Namespace) -> int:
 
 def _describe_all(args: argparse.Namespace) -> int:
     from aeron_archive_spark.archive.storage import maintenance
+    from aeron_archive_spark.archive.storage.mark_file import MarkFileError, read_mark_file
 
     capacity, entries = maintenance.catalog_entries(args.dir)
+    try:
+        contents = read_mark_file(args.dir, wait_s=5.0)  # ArchiveTool waits as long for one being created
+    except MarkFileError:
+        contents = None  # Java's tool fails without one; ours describes the catalog, which is what there is
+    mark = None if contents is None else contents.header
     if args.json:
         _print_json(
             {
+                "markFile": None if mark is None else mark.to_json_dict(),
                 "catalogCapacity": capacity,
                 "entries": [{"state": _state_name(e.state), **e.descriptor.to_json_dict()} for e in entries],
             }
         )
         return 0
-    # ArchiveTool prints the mark file's header first; the catalog's part follows in its words.
+    if contents is not None and mark is not None:
+        # ArchiveTool: Agrona's line on opening the file, then printMarkInformation: now, start, activity (local
+        # time), the header
+        print(f"INFO: mark file exists: {contents.path}")
+        print(
+            f"{_clock(time.time())} (start: {_date_time(mark.start_timestamp)}, "
+            f"activity: {_date_time(mark.activity_timestamp)})"
+        )
+        print(mark.java_string())
     print(f"Catalog capacity in bytes: {capacity}")
     for entry in entries:
         print(f"{java_descriptor_string(entry.descriptor.to_json_dict())}|{_state_name(entry.state)}")
     return 0
+
+
+def _clock(epoch_s: float) -> str:
+    return datetime.fromtimestamp(epoch_s).strftime("%H:%M:%S")
+
+
+def _date_time(epoch_ms: int) -> str:
+    """As Java's `%tF %tH:%tM:%tS` of `new Date(ms)` (local time); -1 (closed) is 1970's last millisecond."""
+    return datetime.fromtimestamp(epoch_ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def java_descriptor_string(fields: dict[str, Any]) -> str:

@@ -353,6 +353,30 @@ def judge_holder(
     return Liveness(False, f"its last activity is {age} ms old (timeout {timeout_ms} ms)")
 
 
+def holder_liveness(archive_dir: str, now_ms: int | None = None) -> Liveness | None:
+    """Whether an archive holds `archive_dir` now, judged from its mark file by its activity (Java's 10 s rule) and
+    our holder record; None when the directory has no mark file, or one that no start finished writing: a file of
+    another layout (Aeron 1.15's, which Java 1.53 reads as version 0) must not block the tools that migrate it,
+    and an archive that is starting is seen by the tools' other check once it maps its catalog.
+    What offline tools ask before they write the catalog or segment files."""
+    path = mark_file_path(archive_dir)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+            mtime_ms = os.fstat(f.fileno()).st_mtime_ns // 1_000_000
+    except FileNotFoundError:
+        return None
+    try:
+        header: MarkFileHeader | None = decode_header(data, path, with_strings=False)
+    except MarkFileError:
+        header = None
+    if header is None or not header.is_ready:
+        return None
+    exited = holder_exited(data, header)
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    return judge_holder(header, now, LIVENESS_TIMEOUT_MS, mtime_ms, exited)
+
+
 def _iso(epoch_ms: int) -> str:
     return datetime.fromtimestamp(epoch_ms / 1000).astimezone().isoformat(timespec="milliseconds")
 

@@ -184,3 +184,26 @@ def test_writing_verbs_refuse_while_an_archive_maps_the_catalog(archive: Path,
     while time.monotonic() < deadline and run(capsys, "mark-invalid", "--dir", str(archive), "0")[0] != 0:
         time.sleep(0.05)
     assert run(capsys, "count-entries", "--dir", str(archive))[1] == "2\n"
+
+
+def test_writing_verbs_refuse_while_the_mark_file_shows_an_archive(archive: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """An archive the /proc check cannot see (on another host sharing the directory, in another container) still
+    shows in its mark file's activity: refused while it is fresh, allowed once stale or closed."""
+    from aeron_archive_spark.archive.storage.mark_file import ArchiveMarkFile
+
+    now = [int(time.time() * 1000)]
+    mark = ArchiveMarkFile.acquire(str(archive), archive_dir=str(archive), epoch_clock=lambda: now[0])
+    try:
+        mark.encode(control_stream_id=10, local_control_stream_id=10, events_stream_id=30, archive_id=3,
+                    error_buffer_length=mark.header().error_buffer_length, control_channel=None,
+                    local_control_channel="aeron:ipc", events_channel=None, aeron_directory="/elsewhere")
+        mark.signal_ready(now[0])
+        before = snapshot(archive)
+        code, _, err = run(capsys, "mark-invalid", "--dir", str(archive), "0")
+        assert code == 2 and "its mark file shows an archive: last activity" in err
+        assert snapshot(archive) == before
+        mark.update_activity_timestamp(now[0] - 60_000)  # its holder stopped updating it a minute ago
+        assert run(capsys, "mark-invalid", "--dir", str(archive), "0")[0] == 0
+    finally:
+        mark.close()
