@@ -245,8 +245,10 @@ def test_read_foreign_archive_dir_written_by_java():
     out = run_example("read_foreign_archive_dir.py", "--rows", "3")
     assert line(r"recording with the Java Aeron 1\.15\.1 archive into ", out)
     assert len(lines(r"Java recorded 192 messages on ", out)) == 2
-    assert line(r"^ +0 +0 +\d+ +\d+ +-?\d+ +1001  aeron:udp\?endpoint=localhost:\d+\|term-length=65536$", out)
-    assert line(r"^ +1 +197632 +\d+ +\d+ +-?\d+ +1002  aeron:ipc\?term-length=65536$", out)  # `list` table
+    # `list`: id, start, stop, bytes, session, stream, started and stopped (ISO-8601 UTC), channel
+    times = r"\d{4}-\d\d-\d\dT[\d:.]+Z +\d{4}-\d\d-\d\dT[\d:.]+Z +"
+    assert line(r"^ +0 +0 +\d+ +\d+ +-?\d+ +1001  " + times + r"aeron:udp\?endpoint=localhost:\d+\|term-length=65536$", out)
+    assert line(r"^ +1 +197632 +\d+ +\d+ +-?\d+ +1002  " + times + r"aeron:ipc\?term-length=65536$", out)
     assert line(r"catalog version 0\.0\.0, 2 recording\(s\)$", out)
     assert line(r"reading a copy with position names", out)
     for recording in (0, 1):

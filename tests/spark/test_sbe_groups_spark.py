@@ -21,6 +21,7 @@ from unit.test_sbe_exchange_schemas import random_block
 from aeron_archive_spark.archive.client.pool import connection_pool
 from aeron_archive_spark.archive.codecs.codec import SbeCodec
 from aeron_archive_spark.archive.tables.sbe.columns import message_columns
+from aeron_archive_spark.archive.tables.schema import FIXED_FIELDS
 
 pytestmark = pytest.mark.spark
 
@@ -28,7 +29,7 @@ SCHEMAS = Path(__file__).resolve().parents[1] / "unit" / "sbe_schemas"
 BOOK = str(SCHEMAS / "book.xml")
 CAR = str(SCHEMAS / "car.xml")
 CHANNEL = f"aeron:ipc?term-length={SMALL_TERM}"
-FIXED = ("recordingId", "position", "sessionId", "streamId", "reservedValue", "value")
+FIXED = tuple(f.name for f in FIXED_FIELDS)  # the source's own columns
 PX_NULL = (1 << 63) - 1
 I32_NULL = (1 << 31) - 1
 ACTIONS = ("New", "Change", "Delete")
