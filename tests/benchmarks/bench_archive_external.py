@@ -44,7 +44,9 @@ archive's recorder or replayer thread and of its whole process (driver and every
 over the timed part of each run.
 
 Run: `bash ci/bench.sh archive-external [--quick] [--rounds N] [--total-mib M] [--sizes 32,992] [--impls ours,java]`.
-`--impls ours,java,base --base-tree DIR` adds our archive imported from another checkout (DIR holding an
+`--impls ours,ours-noindex` adds our archive keeping no time index (`time_index_interval_ns=0`): the ratio
+ours/ours-noindex is what keeping the index costs the recorder. `--impls ours,java,base --base-tree DIR` adds our
+archive imported from another checkout (DIR holding an
 `aeron_archive_spark` package with `archive/` in it) for before/after comparisons in one run;
 `--wrap-ours "py-spy record -o out.txt -f raw --"` (or `perf record -g --`) runs our archive process under a profiler.
 """
@@ -216,6 +218,8 @@ def java_command(aeron_dir: str, archive_dir: str, sparse: bool) -> list[str]:
 # ---------------------------------------------------------------------------------------------------------------------
 # child roles
 
+NO_TIME_INDEX_ENV = "AAS_BENCH_NO_TIME_INDEX"
+
 
 def role_archive_ours(aeron_dir: str, archive_dir: str) -> None:
     """Our archive with its own embedded media driver; the same stdin protocol as BenchJavaArchive."""
@@ -237,6 +241,8 @@ def role_archive_ours(aeron_dir: str, archive_dir: str) -> None:
         low_storage_space_threshold=0,
         delete_archive_on_start=True,
     )
+    if os.environ.get(NO_TIME_INDEX_ENV):  # "ours-noindex"
+        ctx.time_index_interval_ns = 0
     archive = Archive.launch(ctx)
     client = AeronArchive.connect(
         aeron_dir=driver.aeron_dir,
@@ -403,6 +409,8 @@ class ArchiveProcess:
             cmd = java_command(self.aeron_dir, self.archive_dir, sparse=impl == "java-sparse")
         else:
             cmd = wrap + child("archive-ours", self.aeron_dir, self.archive_dir)
+            if impl == "ours-noindex":
+                env = {**os.environ, NO_TIME_INDEX_ENV: "1"}
             if impl == "base":
                 assert base_tree is not None, "--impls base needs --base-tree"
                 env = {**os.environ, "PYTHONPATH": base_tree}
@@ -642,7 +650,8 @@ def main() -> None:
     parser.add_argument(
         "--impls",
         default="ours,java",
-        help="archives to run: ours,java[,java-sparse][,base] (java-sparse: Java with sparse log buffers)",
+        help="archives to run: ours,java[,java-sparse][,ours-noindex][,base] (java-sparse: Java with sparse log "
+        "buffers; ours-noindex: ours keeping no time index)",
     )
     parser.add_argument(
         "--base-tree",
