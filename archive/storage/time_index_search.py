@@ -67,8 +67,9 @@ class RecordingGeometry:
         return list(range(self.base_of(self.start_position), last + 1, self.segment_length))
 
 
-class _SampleFile:
-    """One open `.tix` file: its interval, and its samples below the limit, read one or a run at a time."""
+class SampleFile:
+    """One open `.tix` file: its interval, and its samples below the limit, read one or a run at a time (also what
+    `time_index_copy` reads a replica's own samples with: a binary search and bounded runs, never the whole file)."""
 
     def __init__(self, path: str, limit: int) -> None:
         self.path = path
@@ -90,7 +91,7 @@ class _SampleFile:
     def close(self) -> None:
         os.close(self._fd)
 
-    def __enter__(self) -> _SampleFile:
+    def __enter__(self) -> SampleFile:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -141,9 +142,9 @@ class RecordingTimeIndex:
     def _path(self, k: int) -> str:
         return os.path.join(self._dir, time_index_file_name(self.geometry.recording_id, self._bases[k]))
 
-    def _open(self, k: int) -> _SampleFile | None:
+    def _open(self, k: int) -> SampleFile | None:
         try:
-            opened = _SampleFile(self._path(k), self.geometry.limit_position)
+            opened = SampleFile(self._path(k), self.geometry.limit_position)
         except FileNotFoundError:
             return None
         self._any_file = True

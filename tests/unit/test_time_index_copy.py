@@ -8,11 +8,13 @@ its first sample at the segment's first byte, its own samples outside the range,
 from __future__ import annotations
 
 import os
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from aeron_archive_spark.archive.server.time_index_session import MAX_SAMPLES_PER_MESSAGE
 from aeron_archive_spark.archive.storage import time_index_copy
 from aeron_archive_spark.archive.storage.time_index import (
     TimeIndex,
@@ -21,8 +23,8 @@ from aeron_archive_spark.archive.storage.time_index import (
     read_time_index,
     time_index_file_name,
 )
-from aeron_archive_spark.archive.storage.time_index_copy import TimeIndexCopyRefused, copy_time_index
-from aeron_archive_spark.archive.storage.time_index_search import RecordingGeometry
+from aeron_archive_spark.archive.storage.time_index_copy import TimeIndexCopy, TimeIndexCopyRefused, copy_time_index
+from aeron_archive_spark.archive.storage.time_index_search import RecordingGeometry, RecordingTimeIndex
 
 MS = 1_000_000
 TERM = 65536
@@ -166,6 +168,7 @@ def test_a_crash_between_two_renames_leaves_whole_files_and_times_that_never_go_
         real_replace(src, dst)
 
     monkeypatch.setattr(time_index_copy.os, "replace", replace_then_die)
+    monkeypatch.setattr(time_index_copy.TimeIndexCopy, "close", lambda self: None)  # a kill -9 cleans nothing up
     with pytest.raises(KeyboardInterrupt):
         copy_time_index(replica, geometry(), START, STOP, source_index(source, START, STOP), STOP)
     assert file_samples(replica, 0) == file_samples(source, 0)
@@ -176,6 +179,135 @@ def test_a_crash_between_two_renames_leaves_whole_files_and_times_that_never_go_
     assert bool(np.all(np.diff(index.times_ns) >= 0)) and len(times) > 0
     # the temp file left behind is not an index file and the next copy overwrites it
     assert (replica / (time_index_file_name(0, 2 * SEGMENT) + time_index_copy.TEMP_SUFFIX)).exists()
-    monkeypatch.setattr(time_index_copy.os, "replace", real_replace)
+    monkeypatch.undo()
     copy_time_index(replica, geometry(), START, STOP, source_index(source, START, STOP), STOP)
     assert read_time_index(replica, 0).times_ns.tolist() == read_time_index(source, 0).times_ns.tolist()
+    assert not [name for name in os.listdir(replica) if name.endswith(time_index_copy.TEMP_SUFFIX)]
+
+
+# -- in bounded steps, as a replication drives it ------------------------------------------------------------------
+
+
+def answer_from(source: Path, copy: TimeIndexCopy, low: int, high: int) -> None:
+    """What the source's archive sends for TimeIndexRequest(low, high): its `RecordingTimeIndex.samples`, 256 a
+    message (`TimeIndexSession`), then the count."""
+    index = RecordingTimeIndex(source, geometry())
+    count = 0
+    for chunk in index.samples(low, high, MAX_SAMPLES_PER_MESSAGE):
+        copy.on_samples(chunk, index.interval_ns)
+        count += len(chunk)
+    copy.on_step_end(count)
+
+
+def run(copy: TimeIndexCopy, source: Path) -> list[tuple[int, int]]:
+    """Drive the copy as the replication does, a request answered whenever one is wanted; each call's
+    (samples written, files renamed)."""
+    calls = []
+    while not copy.is_done:
+        request = copy.next_request()
+        if request is not None:
+            answer_from(source, copy, *request)
+        samples, files = copy.samples_written, copy.files_written
+        copy.do_work()
+        calls.append((copy.samples_written - samples, copy.files_written - files))
+    return calls
+
+
+def test_a_copy_in_steps_of_one_segment_gives_the_source_s_files_renaming_one_file_per_call(dirs):
+    source, replica = dirs
+    write_index(replica, REPLICA_T0, START, STOP)
+    copy = TimeIndexCopy(replica, geometry(), START, STOP, lambda: (START, STOP), step_segments=1)
+    asked = []
+    real_next = copy.next_request
+
+    def next_request() -> tuple[int, int] | None:
+        request = real_next()
+        if request is not None:
+            asked.append(request)
+        return request
+
+    copy.next_request = next_request  # type: ignore[method-assign]
+    calls = run(copy, source)
+    copy.close()
+    assert asked == [(0, SEGMENT), (SEGMENT, 2 * SEGMENT), (2 * SEGMENT, 3 * SEGMENT), (3 * SEGMENT, STOP)]
+    assert max(files for _, files in calls) == 1 and copy.files_written == 4
+    for base in range(0, STOP, SEGMENT):
+        assert file_samples(replica, base) == file_samples(source, base)
+    assert not [name for name in os.listdir(replica) if name.endswith(time_index_copy.TEMP_SUFFIX)]
+    assert [name for name in os.listdir(replica) if not name.endswith(".tix")] == []  # the spools are gone
+
+
+def test_a_dense_file_is_copied_a_chunk_per_call_in_bounded_memory(tmp_path):
+    """Samples far denser than a busy recording's at 10 ms: 8192 a file (two chunks), 48k (768 KB) over the range;
+    each call copies at most a chunk and the copy's peak allocation stays a small constant (~0.15 MB measured)."""
+    source, replica = tmp_path / "s", tmp_path / "r"
+    source.mkdir()
+    replica.mkdir()
+    dense = 1 << 22  # a 4 MiB segment...
+    g = RecordingGeometry(0, 0, 6 * dense, TERM, dense)
+    now = [SOURCE_T0]
+    writer = TimeIndexWriter(source, 0, 1, clock=lambda: now[0])
+    writer.open(0, 0)
+    for position in range(0, 6 * dense, 512):  # ... sampled every 512 bytes
+        if position % dense == 0 and position:
+            writer.roll(position)
+        writer.on_block(position)
+        now[0] += 1000
+    writer.close()
+    copy = TimeIndexCopy(replica, g, 0, 6 * dense, lambda: (0, 6 * dense), step_segments=2)
+    index = RecordingTimeIndex(source, g)
+    tracemalloc.start()
+    try:
+        while not copy.is_done:
+            request = copy.next_request()
+            if request is not None:
+                count = 0
+                for chunk in index.samples(*request, MAX_SAMPLES_PER_MESSAGE):
+                    copy.on_samples(chunk, index.interval_ns)
+                    count += len(chunk)
+                copy.on_step_end(count)
+            before = copy.samples_written
+            copy.do_work()
+            assert copy.samples_written - before <= time_index_copy.CHUNK_SAMPLES
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        copy.close()
+    assert copy.samples_written == 6 * dense // 512 and copy.files_written == 6
+    assert peak < 256 * 1024, peak
+    theirs, ours = read_time_index(source, 0), read_time_index(replica, 0)
+    assert ours.times_ns.tolist() == theirs.times_ns.tolist() and ours.positions.tolist() == theirs.positions.tolist()
+
+
+def test_a_file_a_recorder_may_now_append_to_is_not_replaced_and_the_copy_ends_before_it(dirs):
+    source, replica = dirs
+    write_index(replica, REPLICA_T0, START, STOP)
+    limits = [(START, STOP)]
+    copy = TimeIndexCopy(replica, geometry(), START, STOP, lambda: limits[0], step_segments=4)
+    answer_from(source, copy, *copy.next_request())  # type: ignore[misc]
+    copy.do_work()
+    copy.do_work()
+    assert copy.files_written == 2
+    own_last = file_samples(replica, 3 * SEGMENT)
+    limits[0] = (START, 3 * SEGMENT)  # an extension began recording into the stop's segment
+    copy.do_work()
+    with pytest.raises(TimeIndexCopyRefused, match="changed under the copy"):
+        copy.do_work()
+    copy.close()
+    assert copy.files_written == 3 and copy.dated_to == 3 * SEGMENT
+    assert file_samples(replica, 3 * SEGMENT) == own_last
+    assert not [name for name in os.listdir(replica) if name.endswith(time_index_copy.TEMP_SUFFIX)]
+
+
+def test_a_step_whose_samples_did_not_all_come_is_refused_before_it_is_written(dirs):
+    source, replica = dirs
+    write_index(replica, REPLICA_T0, START, STOP)
+    before = {base: file_samples(replica, base) for base in range(0, STOP, SEGMENT)}
+    copy = TimeIndexCopy(replica, geometry(), START, STOP, lambda: (START, STOP))
+    low, high = copy.next_request()  # type: ignore[misc]
+    chunk = next(RecordingTimeIndex(source, geometry()).samples(low, high, MAX_SAMPLES_PER_MESSAGE))
+    copy.on_samples(chunk, 10 * MS)
+    with pytest.raises(TimeIndexCopyRefused, match="received, the source sent"):
+        copy.on_step_end(len(chunk) + 5)
+    copy.close()
+    assert {base: file_samples(replica, base) for base in range(0, STOP, SEGMENT)} == before
