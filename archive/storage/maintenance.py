@@ -43,6 +43,7 @@ from aeron_archive_spark.archive.storage.segments import (
     segment_file_base_position,
 )
 from aeron_archive_spark.archive.storage.time_index import TIME_INDEX_SUFFIX
+from aeron_archive_spark.archive.storage.time_index_copy import TEMP_SUFFIX as TIME_INDEX_COPY_SUFFIX
 
 log = logging.getLogger(__name__)
 
@@ -290,7 +291,9 @@ def find_orphaned_segments(
     """Segment files of catalogued recordings that lie outside their recording (`ArchiveTool
     delete-orphaned-segments`): before the segment of its start, after the segment of its stop (a stopped
     recording), or named with a position that does not parse; and, beyond Java, time index files (`.tix`) whose
-    segment file is gone.
+    segment file is gone, and the temporary files (`.tix.tmp`) a process killed while it dated a replica by its
+    source left (no reader lists them; the tool runs only while no archive holds the directory, so none is being
+    written).
 
     As Java, every entry counts whatever its state, and files of a recording id the catalog has no entry for are
     not looked at (`compact` removes the files of the entries it drops). An unknown `recording_id` raises.
@@ -311,9 +314,15 @@ def find_orphaned_segments(
     # which know only `.rec` files.
     present = set(listed)
     catalogued = {e.descriptor.recording_id for e in entries}
+    temp_suffix = TIME_INDEX_SUFFIX + TIME_INDEX_COPY_SUFFIX
     for name in listed:
         rid_text = name.split("-", 1)[0]
-        if not (name.endswith(TIME_INDEX_SUFFIX) and rid_text.isdigit() and int(rid_text) in catalogued):
+        if not (rid_text.isdigit() and int(rid_text) in catalogued):
+            continue
+        if name.endswith(temp_suffix):
+            found.append(OrphanedSegment(name, int(rid_text), "a time index copy's temporary file"))
+            continue
+        if not name.endswith(TIME_INDEX_SUFFIX):
             continue
         segment = name[: -len(TIME_INDEX_SUFFIX)] + RECORDING_SEGMENT_SUFFIX
         if segment not in present and delete_pending_name(segment) not in present:

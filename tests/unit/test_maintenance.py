@@ -143,6 +143,19 @@ def test_a_time_index_whose_segment_is_gone_is_an_orphan_too(archive: Path) -> N
                                                                              "7-0.tix"]
 
 
+def test_a_time_index_copy_s_temporary_file_left_by_a_crash_is_an_orphan(archive: Path) -> None:
+    """A destination archive killed while it dated a replica by its source leaves `<name>.tix.tmp` (no reader lists
+    it); the next copy would overwrite it, and delete-orphaned-segments removes it, its `.tix` staying."""
+    for name in ("0-0.tix", "0-0.tix.tmp", "1-0.tix.tmp", "7-0.tix.tmp"):
+        (archive / name).write_bytes(b"x")
+    found = maintenance.find_orphaned_segments(archive)
+    reason = "a time index copy's temporary file"
+    assert [(o.name, o.recording_id, o.reason) for o in found if ".tix" in o.name] == [
+        ("0-0.tix.tmp", 0, reason), ("1-0.tix.tmp", 1, reason)]
+    maintenance.delete_orphaned_segments(archive)
+    assert sorted(n for n in os.listdir(archive) if ".tix" in n) == ["0-0.tix", "7-0.tix.tmp"]  # 7: not catalogued
+
+
 def test_orphans_of_a_recording_purged_at_its_start_and_of_an_active_one(tmp_path: Path) -> None:
     record(tmp_path, StreamBuilder(0).fill_to(300_000, payload_length=100))
     record(tmp_path, StreamBuilder(0).fill_to(1000, payload_length=100), stop=False)
