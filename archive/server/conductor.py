@@ -85,8 +85,8 @@ from aeron_archive_spark.archive.storage.frames import FRAME_ALIGNMENT, to_int32
 from aeron_archive_spark.archive.storage.mark_file import UPDATE_INTERVAL_MS as MARK_FILE_UPDATE_INTERVAL_MS
 from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
 from aeron_archive_spark.archive.storage.recording_writer import RecordingWriter
-from aeron_archive_spark.archive.storage.time_index import TimeIndex, TimeIndexWriter
-from aeron_archive_spark.archive.storage.time_index_copy import copy_time_index
+from aeron_archive_spark.archive.storage.time_index import TimeIndexWriter
+from aeron_archive_spark.archive.storage.time_index_copy import TimeIndexCopy
 from aeron_archive_spark.archive.storage.time_index_search import RecordingGeometry, RecordingTimeIndex
 
 if TYPE_CHECKING:
@@ -1711,11 +1711,12 @@ class ArchiveConductor(Agent):
     def keeps_time_index(self) -> bool:
         return self.ctx.time_index_interval_ns > 0
 
-    def copy_replica_time_index(self, recording_id: int, from_position: int, to_position: int, index: TimeIndex) -> int:
-        """Rewrite on this thread, where recordings start: nothing the recorder may append to is replaced (a
-        recording being recorded only below the segment it writes)."""
+    def time_index_copy(self, recording_id: int, from_position: int, to_position: int) -> TimeIndexCopy:
+        """The copy runs on this thread a file per duty cycle, between recording starts, truncations and purges,
+        which also run here: its limits are read again before each file is begun and renamed, so a file the
+        recorder may append to (an extension started meanwhile) is never replaced. Files are synced as the
+        recorder's are: only with `file_sync_level` > 0 (a kill -9 leaves whole files either way)."""
         d = self._descriptor(recording_id)
-        live = self.live_position(recording_id)
         geometry = RecordingGeometry(
             recording_id,
             d.start_position,
@@ -1723,8 +1724,24 @@ class ArchiveConductor(Agent):
             d.term_buffer_length,
             d.segment_file_length,
         )
-        writable = geometry.base_of(live) if live != NULL_POSITION else d.stop_position
-        return copy_time_index(self.ctx.archive_dir, geometry, from_position, to_position, index, writable)
+        return TimeIndexCopy(
+            self.ctx.archive_dir,
+            geometry,
+            from_position,
+            to_position,
+            lambda: self._time_index_limits(recording_id),
+            sync=self.ctx.file_sync_level > 0,  # as the recorder syncs its segments (Aeron's fileSyncLevel)
+        )
+
+    def _time_index_limits(self, recording_id: int) -> tuple[int, int]:
+        """A recording's start, and where a recorder may append to its time index: the base of the segment it
+        writes while recorded, else its stop."""
+        d = self._descriptor(recording_id)
+        live = self.live_position(recording_id)
+        if live == NULL_POSITION:
+            return d.start_position, d.stop_position
+        base = segments.segment_file_base_position(d.start_position, live, d.term_buffer_length, d.segment_file_length)
+        return d.start_position, base
 
     def on_close(self) -> None:
         """Runs on the conductor thread after its loop: stop recordings, close sessions, sync the catalog."""

@@ -11,8 +11,9 @@ response channel (`control-mode=response` in the replication channel) the replay
 source's replay answers a connection the destination opened (`client.response_replay`).
 Beyond Java, a source that answers the time index (this project's archive) also dates the replica: once the replica
 holds the replicated range (its recording stopped, or merged onto the live stream) the session asks the source for
-its samples over that range and the conductor rewrites the replica's `.tix` files with them (COPY_TIME_INDEX, before
-REPLICATE_END; `storage.time_index_copy`); a Java source is never asked, and the replica keeps its own times.
+its samples over that range, a few segments at a time, and rewrites the replica's `.tix` files with them a file per
+duty cycle (COPY_TIME_INDEX, before REPLICATE_END; `storage.time_index_copy.TimeIndexCopy`, which the conductor
+bounds to what no recorder writes); a Java source is never asked, and the replica keeps its own times.
 Every state change resets the action clock; a state that makes no progress for the action timeout fails the
 replication. `docs/control-protocol.md` ("Replication") has Java's behaviour in full, which this follows: states,
 checks, signals, error texts (prefixed as Java's; ours add where the failure happened: the source archive, recording
@@ -32,7 +33,6 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-import numpy.typing as npt
 
 from aeron_archive_spark.archive.channel import ChannelUri
 from aeron_archive_spark.archive.client.aeron_archive import replay_request
@@ -42,7 +42,6 @@ from aeron_archive_spark.archive.codecs import templates as t
 from aeron_archive_spark.archive.constants import NULL_POSITION, ControlResponseCode, RecordingSignal
 from aeron_archive_spark.archive.exceptions import ArchiveDisconnectedError, ArchiveError, ErrorCode
 from aeron_archive_spark.archive.storage.frames import to_int32
-from aeron_archive_spark.archive.storage.time_index import TimeIndex
 from aeron_archive_spark.archive.storage.time_index_search import SAMPLE_DTYPE
 
 if TYPE_CHECKING:
@@ -50,6 +49,7 @@ if TYPE_CHECKING:
     from aeron_archive_spark.archive.client.archive_proxy import ArchiveProxy
     from aeron_archive_spark.archive.client.async_connect import Connected
     from aeron_archive_spark.archive.descriptor import RecordingDescriptor
+    from aeron_archive_spark.archive.storage.time_index_copy import TimeIndexCopy
 
 log = logging.getLogger(__name__)
 
@@ -214,10 +214,10 @@ class ReplicationHost(Protocol):
     def keeps_time_index(self) -> bool:
         """Whether this archive keeps a time index (off: a replica gets none, not even its source's)."""
 
-    def copy_replica_time_index(self, recording_id: int, from_position: int, to_position: int, index: TimeIndex) -> int:
-        """Date the replica's positions `[from, to)` by the source's samples, rewriting its `.tix` files but never
-        one its recorder may still append to; returns the files rewritten. Raises (`TimeIndexCopyRefused`,
-        `TimeIndexError`, `OSError`) having kept the replica's own times."""
+    def time_index_copy(self, recording_id: int, from_position: int, to_position: int) -> TimeIndexCopy:
+        """The copy that dates the replica's positions `[from, to)` by the source's samples, in bounded steps,
+        rewriting its `.tix` files but never one a recorder may append to (its limits read on this thread before
+        each file). Raises (`ArchiveError`, `OSError`) if it cannot begin."""
 
 
 class RequestPublication(Protocol):
@@ -311,11 +311,10 @@ class ReplicationSession:
         self._action_started_ns = now_ns
         self._next_source_poll_ns = now_ns
         self._now_ns = now_ns
-        # COPY_TIME_INDEX: the range to date by the source (`to` unknown until the replica's recording stops) and
-        # the samples received so far; what the conductor holds back until REPLICATE_END (the replica's STOP).
+        # COPY_TIME_INDEX: the range to date by the source (`to` unknown until the replica's recording stops), the
+        # copy writing it step by step; what the conductor holds back until REPLICATE_END (the replica's STOP).
         self._index_to = NULL_POSITION
-        self._index_chunks: list[npt.NDArray[np.void]] = []
-        self._index_interval_ns = 0
+        self._index_copy: TimeIndexCopy | None = None
         self._after_close: list[Callable[[], None]] = []
 
     # ---- the Session contract ---------------------------------------------------------------------------------
@@ -373,6 +372,7 @@ class ReplicationSession:
         subscription, self.subscription = self.subscription, None
         if subscription is not None:
             self._host.stop_replica_subscription(subscription.registration_id)
+        self._close_index_copy()  # stopped mid-copy (StopReplication, the archive closing): the rest keeps its times
         src = self.src
         if src is not None and self.src_replay_session_id != NULL_VALUE:
             replay_session_id, self.src_replay_session_id = self.src_replay_session_id, NULL_VALUE
@@ -792,9 +792,10 @@ class ReplicationSession:
             self._set_state(ReplicationState.DONE, "nothing replicated to date")
 
     def _do_copy_time_index(self) -> int:
-        """Ask the source for its samples over the replicated range, then have the conductor rewrite the replica's
-        files. Anything that goes wrong (the source gone, no index there, samples that cannot date the range)
-        only leaves the replica its own times, still valid: logged, never reported as the replication's error."""
+        """Ask the source for its samples over the replicated range step by step, rewriting the replica's files
+        as each step's answer completes. Anything that goes wrong (the source gone, no index there, samples that
+        cannot date the range) only leaves the replica its own times over what was not yet rewritten, still valid
+        and never going back: logged, never reported as the replication's error (the recording was replicated)."""
         if self._index_to == NULL_POSITION:
             if self._now_ns - self._action_started_ns >= self._timeout_ns:
                 self._keep_own_times("the replica's recording did not stop within the action timeout")
@@ -807,66 +808,87 @@ class ReplicationSession:
             return 1
 
     def _copy_time_index_step(self) -> int:
-        src = self._source()
-        if self._active_correlation_id == NULL_VALUE:
-            src_id, low, high = self.src_recording_id, self.replay_position, self._index_to
-            self._track(
-                src.send(
-                    lambda ids: m.TimeIndexRequest.of(**ids, recording_id=src_id, from_position=low, to_position=high)
-                )
+        """One duty cycle of the copy: ask the source for the next step's samples when the copy can take them,
+        spool what arrived, and let the copy write (at most one file renamed per cycle: the conductor's other
+        sessions wait for nothing longer than one small file's fsync)."""
+        copy = self._index_copy
+        if copy is None:
+            copy = self._index_copy = self._host.time_index_copy(
+                self.dst_recording_id, self.replay_position, self._index_to
             )
-            return 1
+        src = self._source()
+        work = 0
+        if self._active_correlation_id != NULL_VALUE:
+            work += self._poll_time_index(copy)
+        if self._active_correlation_id == NULL_VALUE:  # nothing awaited: the next step, if the copy can take it
+            request = copy.next_request()
+            if request is not None:
+                src_id, (low, high) = self.src_recording_id, request
+                self._track(
+                    src.send(
+                        lambda ids: m.TimeIndexRequest.of(
+                            **ids, recording_id=src_id, from_position=low, to_position=high
+                        )
+                    )
+                )
+                work += 1
+        work += copy.do_work()
+        if copy.is_done:
+            log.info(
+                "replication %d: recording %d dated by the source's time index over [%d, %d) (%d samples, %d files)",
+                self.replication_id,
+                self.dst_recording_id,
+                copy.low,
+                copy.high,
+                copy.samples_written,
+                copy.files_written,
+            )
+            self._close_index_copy()
+            self._set_state(ReplicationState.DONE, "time index copied")
+        return work
+
+    def _poll_time_index(self, copy: TimeIndexCopy) -> int:
+        """The answer to the step asked for: its samples spooled by the copy, its OK ending the step."""
+        src = self._source()
         work = 0
         for msg in src.poll_responses():
             work += 1
             if msg.control_session_id != src.control_session_id:
                 continue
             if msg.template_id == t.TIME_INDEX_SAMPLES and msg.correlation_id == self._active_correlation_id:
-                self._index_chunks.append(np.frombuffer(msg.samples, dtype=SAMPLE_DTYPE))
-                self._index_interval_ns = max(self._index_interval_ns, int(msg.interval_ns))
+                copy.on_samples(np.frombuffer(msg.samples, dtype=SAMPLE_DTYPE), int(msg.interval_ns))
                 self._action_started_ns = self._now_ns  # the timeout runs from the last message, as the client's
             elif msg.template_id == t.CONTROL_RESPONSE and msg.code == ControlResponseCode.ERROR:
                 raise ArchiveError(f"the source answered: {msg.error_message}", msg.relevant_id)
             elif msg.template_id == t.CONTROL_RESPONSE and msg.correlation_id == self._active_correlation_id:
-                self._on_time_index(int(msg.relevant_id))
-                return work
-        if work == 0:
+                copy.on_step_end(int(msg.relevant_id))
+                self._track(NULL_VALUE)
+        if work == 0 and self._active_correlation_id != NULL_VALUE:
             self._check_timeout("no answer from the source to the time index request")
         return work
 
-    def _on_time_index(self, count: int) -> None:
-        chunks = self._index_chunks
-        samples = np.concatenate(chunks) if chunks else np.empty(0, dtype=SAMPLE_DTYPE)
-        if len(samples) != count:
-            raise ArchiveError(f"{len(samples)} time index samples received, the source sent {count}")
-        index = TimeIndex(
-            self.src_recording_id,
-            np.ascontiguousarray(samples["time_ns"], dtype=np.int64),
-            np.ascontiguousarray(samples["position"], dtype=np.int64),
-            self._index_interval_ns,
-        )
-        files = self._host.copy_replica_time_index(self.dst_recording_id, self.replay_position, self._index_to, index)
-        log.info(
-            "replication %d: recording %d dated by the source's time index over [%d, %d) (%d samples, %d files)",
-            self.replication_id,
-            self.dst_recording_id,
-            self.replay_position,
-            self._index_to,
-            count,
-            files,
-        )
-        self._set_state(ReplicationState.DONE, "time index copied")
-
     def _keep_own_times(self, reason: str) -> None:
+        copy = self._index_copy
+        low = copy.dated_to if copy is not None else self.replay_position
         log.warning(
             "replication %d: recording %d keeps its own times over [%d, %d), not the source's: %s",
             self.replication_id,
             self.dst_recording_id,
-            self.replay_position,
+            low,
             self._index_to,
             reason,
         )
+        self._close_index_copy()
         self._set_state(ReplicationState.DONE, "time index not copied")
+
+    def _close_index_copy(self) -> None:
+        """Remove the file half-written and the spools (a file already renamed stays: whole, dated by the source)."""
+        copy, self._index_copy = self._index_copy, None
+        if copy is not None:
+            try:
+                copy.close()
+            except OSError as ex:
+                log.warning("replication %d: closing the time index copy: %s", self.replication_id, ex)
 
     # ---- talking to the source --------------------------------------------------------------------------------
 
