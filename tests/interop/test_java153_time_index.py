@@ -5,7 +5,8 @@ on the same directory, and Java's archive is never sent our time index requests.
   files and without them, and change none of them;
 - Java's archive runs on that directory: our client lists and replays the recording from it, byte for byte, and
   asks it nothing it would leave unanswered (no `features=time-index` at connect: `position_at_time` fails at once);
-- afterwards the `.tix` files are as they were, and our reads by time still find them.
+- afterwards the `.tix` files are as they were, and our reads by time still find them;
+- a recording Java's archive made (no index) is read by time through its SBE messages' own time (timestampField).
 
 Skipped unless JAVA_AERON_HOME names a Java Aeron 1.53 build (see /work/shared/java-aeron/README.md).
 """
@@ -19,11 +20,11 @@ from pathlib import Path
 
 import pytest
 from conftest import free_udp_port
-from interop.java153env import Java153Env, OurArchive, start_java_archive
+from interop.java153env import Java153Env, JavaArchive, OurArchive, start_java_archive
 from interop.test_java153_replication import CONTROL_STREAM_ID, RESPONSE, record
 
 from aeron_archive_spark.archive import AeronArchive
-from aeron_archive_spark.archive.constants import REPLAY_ALL_AND_STOP
+from aeron_archive_spark.archive.constants import REPLAY_ALL_AND_STOP, SourceLocation
 from aeron_archive_spark.archive.exceptions import ArchiveError
 from aeron_archive_spark.archive.native import EmbeddedMediaDriver
 from aeron_archive_spark.archive.storage.time_index import read_time_index
@@ -118,3 +119,63 @@ def test_the_time_index_disturbs_neither_java_s_archive_tool_nor_java_s_archive(
     assert not index.is_empty and int(index.positions[0]) == 0
     search = RecordingTimeIndex(java_dir / "archive", RecordingGeometry(recording_id, 0, stop, 64 * 1024, 128 * 1024))
     assert search.position_at_or_after(int(index.times_ns[0])) == 0
+
+
+def test_a_java_written_recording_is_read_by_time_through_its_messages_time_field(
+    java: JavaArchive, client_driver: EmbeddedMediaDriver
+) -> None:
+    """A recording Java 1.53's archive made (no time index: Java keeps none) is placed by its SBE messages' own
+    time field (timestampField), through the same planner and reads as the Spark source, from its directory."""
+    from aeron_archive_spark.archive.codecs.codec import SbeCodec
+    from aeron_archive_spark.archive.tables.open_source import open_recording_source
+    from aeron_archive_spark.archive.tables.options import SourceOptions
+    from aeron_archive_spark.archive.tables.payload import payload_decoder
+    from aeron_archive_spark.archive.tables.planning import plan_ranges
+    from aeron_archive_spark.archive.tables.ranges import RecordingFacts, SegmentFiles
+    from aeron_archive_spark.archive.tables.read import read_ranges
+    from aeron_archive_spark.archive.tables.schema import row_schema
+
+    schema_path = str(Path(__file__).resolve().parents[2] / "examples" / "market_data.xml")
+    codec = SbeCodec.from_xml(schema_path)
+    t0 = 1_764_322_200_000_000_000  # the exchange's clock
+    channel = f"aeron:udp?endpoint=localhost:{free_udp_port()}|term-length=65536"
+    with AeronArchive.connect(client_driver.aeron_dir, java.control_channel, CONTROL_STREAM_ID, RESPONSE,
+                              message_timeout_s=10) as client:
+        subscription_id = client.start_recording(channel, 7401, SourceLocation.REMOTE)
+        publication = client.aeron.add_exclusive_publication(channel, 7401)
+        deadline = time.monotonic() + 10
+        while not publication.is_connected:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        for i in range(3000):  # ~5 terms: the search probes terms, then decodes one
+            payload = codec.encode("Trade", symbol="AAPL", price_mantissa=i, quantity=1, side=i % 2,
+                                   timestamp_ns=t0 + i * 1_000_000, trade_id=i)
+            while publication.offer(payload) <= 0:
+                time.sleep(0.0001)
+        stop = publication.position
+        recording_id = -1
+        while recording_id < 0 or client.get_recording_position(recording_id) < stop:
+            recording_id = client.find_last_matching_recording(0, channel, 7401, publication.session_id)
+            assert time.monotonic() < deadline + 20
+            time.sleep(0.01)
+        client.stop_recording_subscription(subscription_id)
+        publication.close()
+    assert not list(java.archive_dir.glob("*.tix"))
+
+    options = SourceOptions.parse({"archiveDir": str(java.archive_dir), "recordingId": str(recording_id),
+                                   "sbeSchema": schema_path, "timestampField": "timestampNs"})
+    source = open_recording_source(options)
+    try:
+        descriptor = source.selected()[recording_id]
+        end = source.planning_end(descriptor)
+        start = source.position_at_time(descriptor, t0 + 1000 * 1_000_000, end)
+        until = source.position_at_time(descriptor, t0 + 2500 * 1_000_000, end)
+        assert start is not None and until is not None
+        decoder = payload_decoder(options)
+        ranges = plan_ranges([(RecordingFacts.of(descriptor), start, until, end)], 64 * 1024,
+                             SegmentFiles(str(java.archive_dir)))
+        trade_ids = [i for batch in read_ranges(ranges, row_schema(decoder), decoder)
+                     for i in batch.column("tradeId").to_pylist()]
+    finally:
+        source.close()
+    assert trade_ids == list(range(1000, 2500))
