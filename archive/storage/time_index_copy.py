@@ -316,7 +316,8 @@ class TimeIndexCopy:
                     rewrite.parts.append((_constant(governing), 0, 1))
             elif last_own_time == int(step.read(begin, begin + 1)["time_ns"][0]):
                 begin += 1  # the replica's last sample already dates the range's first byte so (an earlier copy's)
-            rewrite.parts.append((step.read, begin, end))
+            if begin < end:  # else nothing of the source's falls in this segment past what dates its first byte
+                rewrite.parts.append((step.read, begin, end))
             if own is not None and above_begin < own.count:
                 rewrite.parts.append((own.read, above_begin, own.count))
             step.cursor = end
@@ -333,6 +334,9 @@ class TimeIndexCopy:
         budget = CHUNK_SAMPLES
         while rewrite.parts and budget > 0:
             read, begin, end = rewrite.parts[0]
+            if begin >= end:  # an empty part: nothing to copy (never read: times[0] of nothing)
+                rewrite.parts.popleft()
+                continue
             take = min(end - begin, budget)
             chunk = read(begin, begin + take)
             if len(chunk) < take:

@@ -311,3 +311,32 @@ def test_a_step_whose_samples_did_not_all_come_is_refused_before_it_is_written(d
         copy.on_step_end(len(chunk) + 5)
     copy.close()
     assert {base: file_samples(replica, base) for base in range(0, STOP, SEGMENT)} == before
+
+
+def test_a_source_segment_without_samples_is_dated_by_the_sample_before_it(dirs):
+    """The source's index was off for a while (one segment has no `.tix`): the replica's file of that segment
+    holds the governing sample moved to its first byte, and the copy goes on (it once failed on an empty part)."""
+    source, replica = dirs
+    os.remove(source / time_index_file_name(0, SEGMENT))
+    write_index(replica, REPLICA_T0, START, STOP)
+    index = source_index(source, START, STOP)
+    written = copy_time_index(replica, geometry(), START, STOP, index, STOP)
+    assert written == 4
+    before = file_samples(source, 0)[-1]
+    assert file_samples(replica, SEGMENT) == [(before[0], SEGMENT)]
+    for base in (0, 2 * SEGMENT, 3 * SEGMENT):
+        assert file_samples(replica, base) == file_samples(source, base)
+    times = read_time_index(replica, 0, START, STOP).times_ns
+    assert bool(np.all(np.diff(times) >= 0))
+
+
+def test_an_extension_already_dated_by_the_replica_s_last_sample_copies_nothing_more(dirs):
+    """The extension's first byte is dated by the replica's own last sample with the source's time (an earlier
+    copy's): the part left to copy is empty, and the copy ends well."""
+    source, replica = dirs
+    copy_time_index(replica, geometry(), START, SEGMENT + BLOCK, source_index(source, START, SEGMENT + BLOCK),
+                    STOP)
+    before = read_time_index(replica, 0, START, STOP).positions.tolist()
+    copy_time_index(replica, geometry(), SEGMENT + BLOCK, SEGMENT + BLOCK + 32,
+                    source_index(source, SEGMENT + BLOCK, SEGMENT + BLOCK + 32), STOP)
+    assert read_time_index(replica, 0, START, STOP).positions.tolist()[: len(before)] == before
