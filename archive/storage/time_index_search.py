@@ -127,17 +127,57 @@ class SampleFile:
         return np.frombuffer(raw, dtype=SAMPLE_DTYPE, count=len(raw) // SAMPLE_LENGTH)
 
 
+NO_INDEX_BASE = (1 << 63) - 1  # a hint: no file of the recording is indexed
+
+
+class IndexHints:
+    """What searches learned of recordings' indexes (the lowest segment base with a `.tix` file, or none at all),
+    kept by the archive between requests so that a recording made before the index existed (or by Java's archive)
+    is not probed file by file on every request. Valid while no index file appears below what was learned: the
+    archive calls `invalidate()` whenever one may (a recording or an extension starts, segments are attached or
+    migrated, a replica's index is copied). Files only ever disappear otherwise, which keeps the hints true."""
+
+    def __init__(self) -> None:
+        self._lowest: dict[int, int] = {}
+
+    def lowest(self, recording_id: int) -> int | None:
+        return self._lowest.get(recording_id)
+
+    def learn(self, recording_id: int, base: int) -> None:
+        self._lowest[recording_id] = base
+
+    def invalidate(self) -> None:
+        self._lowest.clear()
+
+
 class RecordingTimeIndex:
     """One recording's time index as an archive searches it (see the module docstring); raises
     `TimeIndexUnavailable` where the index cannot answer and `TimeIndexError` for a file that is not an index."""
 
-    def __init__(self, archive_dir: str | os.PathLike[str], geometry: RecordingGeometry) -> None:
+    def __init__(
+        self, archive_dir: str | os.PathLike[str], geometry: RecordingGeometry, hints: IndexHints | None = None
+    ) -> None:
         self._dir = os.fspath(archive_dir)
         self.geometry = geometry
         self._bases = geometry.bases()
         self._firsts: dict[int, tuple[int, int] | None] = {}
         self._any_file = False
         self.interval_ns = 0  # the widest interval of the files read so far: the bound on the times they give
+        self._hints = hints
+        # No file below this k (what an earlier search of this recording found): probes start here.
+        lowest = hints.lowest(geometry.recording_id) if hints is not None else None
+        self._floor = 0 if lowest is None else max(0, min(len(self._bases), self._k_of_base(lowest)))
+
+    def _k_of_base(self, base: int) -> int:
+        if base == NO_INDEX_BASE:
+            return len(self._bases)
+        return (base - self._bases[0]) // self.geometry.segment_length
+
+    def _learned(self, k: int | None) -> None:
+        """A search from file 0 found the lowest indexed file `k` (None: none at all): kept for later requests."""
+        if self._hints is None:
+            return
+        self._hints.learn(self.geometry.recording_id, NO_INDEX_BASE if k is None else self._bases[k])
 
     def _path(self, k: int) -> str:
         return os.path.join(self._dir, time_index_file_name(self.geometry.recording_id, self._bases[k]))
@@ -165,7 +205,7 @@ class RecordingTimeIndex:
     def _first_indexed(self, low: int, high: int | None = None) -> int | None:
         """The lowest k in [low, high] whose file has a sample below the limit."""
         top = len(self._bases) - 1 if high is None else high
-        for k in range(low, top + 1):
+        for k in range(max(low, self._floor), top + 1):
             if self._first(k) is not None:
                 return k
         return None
@@ -175,10 +215,18 @@ class RecordingTimeIndex:
 
     def _check_indexed(self, low: int) -> None:
         """Raise unless some file of the recording exists (probing from file `low` up if none was seen yet)."""
-        if not self._any_file:
-            self._first_indexed(low)
-            if not self._any_file:
-                raise self._unavailable()
+        if self._any_file:
+            return
+        found = self._first_indexed(low)
+        exists = self._seen_file()
+        if low <= self._floor and (found is not None or not exists):
+            self._learned(found)
+        if not exists:
+            raise self._unavailable()
+
+    def _seen_file(self) -> bool:
+        """Whether any of the recording's files was opened (a probe sets it)."""
+        return self._any_file
 
     def _unavailable(self) -> TimeIndexUnavailable:
         return TimeIndexUnavailable(
@@ -191,6 +239,8 @@ class RecordingTimeIndex:
         every sample is earlier (or the index has none yet)."""
         start = self.geometry.start_position
         k0 = self._first_indexed(0)
+        if k0 is not None or not self._any_file:
+            self._learned(k0)
         if k0 is None:
             if self._any_file:
                 return NULL_POSITION  # indexed, but nothing below the limit yet: every sample (none) is earlier
@@ -246,7 +296,7 @@ class RecordingTimeIndex:
         k_from, k_to = self._k(low), self._k(high - 1)
         floor = np.iinfo(np.int64).min
         governing: npt.NDArray[np.void] | None = None
-        for k in range(k_from, -1, -1):  # the governing sample: in `from`'s file, else the last of an earlier one
+        for k in range(k_from, self._floor - 1, -1):  # the governing sample: in `from`'s file, else an earlier one
             opened = self._open(k)
             if opened is None:
                 continue

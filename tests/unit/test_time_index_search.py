@@ -207,3 +207,50 @@ def test_interval_is_the_widest_of_the_files_read(tmp_path: Path) -> None:
     index = search(tmp_path, 0, SEGMENT + 1)
     concatenated(index, 0, -1)
     assert index.interval_ns == 5 * MS
+
+
+def test_hints_spare_later_requests_the_probes_of_an_unindexed_prefix(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recording whose first 200 segments predate the index, and one with none: the first request probes each
+    segment's file; what it learns (IndexHints) lets later ones skip them, with the same answers; invalidated,
+    the hints are learned again."""
+    from aeron_archive_spark.archive.storage.time_index_search import IndexHints
+
+    prefix = 200 * SEGMENT
+    write_index(tmp_path, [(T0 + i * MS, prefix + i * 512) for i in range(40)], 0)
+    probes = []
+    real_open = RecordingTimeIndex._open
+
+    def counting(self: RecordingTimeIndex, k: int):  # type: ignore[no-untyped-def]
+        probes.append(k)
+        return real_open(self, k)
+
+    monkeypatch.setattr(RecordingTimeIndex, "_open", counting)
+    hints = IndexHints()
+    limit = prefix + 40 * 512
+
+    def ask() -> tuple[int, list[int]]:
+        index = RecordingTimeIndex(tmp_path, RecordingGeometry(RID, 0, limit, TERM, SEGMENT), hints)
+        found = index.position_at_or_after(T0 + 10 * MS + 1)
+        positions = concatenated(RecordingTimeIndex(tmp_path, RecordingGeometry(RID, 0, limit, TERM, SEGMENT),
+                                                    hints), prefix + 100, limit)["position"].tolist()
+        return found, positions
+
+    first = ask()
+    cold = len(probes)
+    probes.clear()
+    assert ask() == first and len(probes) <= 12 < cold // 10  # only the indexed files
+    hints.invalidate()
+    probes.clear()
+    assert ask() == first and len(probes) >= cold - 5
+
+    # a recording with no index at all: refused, then refused at once
+    other = RecordingGeometry(RID + 1, 0, 300 * SEGMENT, TERM, SEGMENT)
+    with pytest.raises(TimeIndexUnavailable):
+        RecordingTimeIndex(tmp_path, other, hints).position_at_or_after(T0)
+    probes.clear()
+    with pytest.raises(TimeIndexUnavailable):
+        RecordingTimeIndex(tmp_path, other, hints).position_at_or_after(T0)
+    with pytest.raises(TimeIndexUnavailable):
+        list(RecordingTimeIndex(tmp_path, other, hints).samples(0, -1, 8))
+    assert probes == []
