@@ -87,7 +87,7 @@ from aeron_archive_spark.archive.storage.recording_reader import RecordingReader
 from aeron_archive_spark.archive.storage.recording_writer import RecordingWriter
 from aeron_archive_spark.archive.storage.time_index import TimeIndexWriter
 from aeron_archive_spark.archive.storage.time_index_copy import TimeIndexCopy
-from aeron_archive_spark.archive.storage.time_index_search import RecordingGeometry, RecordingTimeIndex
+from aeron_archive_spark.archive.storage.time_index_search import IndexHints, RecordingGeometry, RecordingTimeIndex
 
 if TYPE_CHECKING:
     from aeron_archive_spark.archive.descriptor import RecordingDescriptor
@@ -181,6 +181,9 @@ class ArchiveConductor(Agent):
         self._replications: dict[int, ReplicationSession] = {}
         self._replication_sessions: list[ReplicationSession] = []
         self._listings: list[Listing] = []
+        # What time index searches learned of recordings without an index (or with an unindexed prefix), so that
+        # those are not probed file by file on every request; forgotten whenever an index file may appear.
+        self._index_hints = IndexHints()
         self._replay_id = 1
         # Tokens for replays over response channels, each valid for the connect timeout (Java's).
         self._replay_tokens = ReplayTokens(ctx.connect_timeout_ns)
@@ -216,16 +219,17 @@ class ArchiveConductor(Agent):
         self._closed = False
 
     # -- agent -------------------------------------------------------------------------------------------------
-    def _on_agent_error(self, ex: BaseException) -> None:
+    def _on_agent_error(self, ex: BaseException, kind: tuple[str, str] | None = None) -> None:
         """Every error the archive reports (any agent thread): counted, and recorded in the mark file's distinct
-        error log (as Java's archive error handler does), where `aeron-archive errors` and ArchiveTool read it."""
+        error log (as Java's archive error handler does), where `aeron-archive errors` and ArchiveTool read it;
+        errors of one `kind` share one entry (its first text), counted."""
         try:
             self.counters.increment_errors()
         except Exception:
             log.exception("failed to count error")
         if self.mark_file is not None:
             try:
-                self.mark_file.record_error(ex)
+                self.mark_file.record_error(ex, kind)
             except Exception:
                 log.exception("failed to record error in the mark file")
 
@@ -238,7 +242,9 @@ class ArchiveConductor(Agent):
         self._request_faults.warning(
             kind, "%s", message, exc_info=error if error is not None and not isinstance(error, ArchiveError) else None
         )
-        self._on_agent_error(error if error is not None else ArchiveError(message))
+        # Counted, and recorded as one distinct error per kind: texts that vary (session ids, lengths) from a
+        # client sending rubbish must not fill the mark file's error log, which the archive's own errors need.
+        self._on_agent_error(error if error is not None else ArchiveError(message), ("control request", kind))
 
     def enqueue(self, task: Callable[[], None]) -> None:
         """Run `task` on the conductor thread (image callbacks, recorder/replayer hand-backs)."""
@@ -717,6 +723,7 @@ class ArchiveConductor(Agent):
             raise
 
     def _time_index_writer(self, recording_id: int) -> TimeIndexWriter | None:
+        self._index_hints.invalidate()  # a recording or an extension starts: an index file may appear
         interval = self.ctx.time_index_interval_ns
         if interval <= 0:
             return None
@@ -986,7 +993,7 @@ class ArchiveConductor(Agent):
         d = self._descriptor(recording_id)
         limit = self.recorded_position(recording_id)
         geometry = RecordingGeometry(recording_id, d.start_position, limit, d.term_buffer_length, d.segment_file_length)
-        return RecordingTimeIndex(self.ctx.archive_dir, geometry)
+        return RecordingTimeIndex(self.ctx.archive_dir, geometry, self._index_hints)
 
     def position_at_time(self, session: ControlClient, request: m.PositionAtTimeRequest) -> None:
         index = self._time_index(request.recording_id)
@@ -1508,6 +1515,7 @@ class ArchiveConductor(Agent):
         recording_id = request.recording_id
         d = self._descriptor(recording_id)
         count = 0
+        self._index_hints.invalidate()  # attached segments bring their index files back below the start
         for segment in segments.find_attachable_segments(self.ctx.archive_dir, d):
             self.catalog.update_start_position(recording_id, segment.base_position + segment.term_offset)
             count += 1
@@ -1519,6 +1527,7 @@ class ArchiveConductor(Agent):
         for it."""
         src = self._descriptor(request.src_recording_id)
         dst = self._descriptor(request.dst_recording_id)
+        self._index_hints.invalidate()  # the moved segments' index files come with them
         if src.stop_position == NULL_POSITION:
             raise ArchiveError(f"recording {src.recording_id} is still active")
         for name, src_value, dst_value in (
@@ -1716,6 +1725,7 @@ class ArchiveConductor(Agent):
         which also run here: its limits are read again before each file is begun and renamed, so a file the
         recorder may append to (an extension started meanwhile) is never replaced. Files are synced as the
         recorder's are: only with `file_sync_level` > 0 (a kill -9 leaves whole files either way)."""
+        self._index_hints.invalidate()  # the copy writes index files wherever the source has them
         d = self._descriptor(recording_id)
         geometry = RecordingGeometry(
             recording_id,

@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
@@ -50,6 +50,7 @@ from aeron_archive_spark.archive.storage.catalog import compose_semantic_version
 from aeron_archive_spark.archive.storage.error_log import (
     DistinctErrorLog,
     ErrorObservation,
+    exception_text,
     format_error_log,
     read_error_log,
 )
@@ -493,6 +494,7 @@ class ArchiveMarkFile:
         self.error_log = DistinctErrorLog(self._view[HEADER_LENGTH : HEADER_LENGTH + error_buffer_length], epoch_clock)
         self._lock = threading.Lock()
         self._closed = False
+        self.errors_not_recorded = 0  # new errors that found the error log full
         _open_files.add(self)
 
     @classmethod
@@ -658,13 +660,24 @@ class ArchiveMarkFile:
         if not self._closed:
             self._timestamp.value = now_ms
 
-    def record_error(self, error: BaseException) -> bool:
-        """Into the distinct error log; False (and a log line) when a new error does not fit, as Java prints it."""
+    def record_error(self, error: BaseException, key: Hashable | None = None) -> bool:
+        """Into the distinct error log; False when a new error does not fit (logged once, as Java prints it).
+
+        `key`: errors that share it count up in one entry (the first one's text), though their texts vary, as
+        malformed requests from one client do: they must not fill the log the archive's own errors need."""
         if self._closed:
             return False
-        if self.error_log.record(error):
-            return True
-        log.error("archive error log full, not recorded: %s", error)
+        recorded = (
+            self.error_log.record(error) if key is None else self.error_log.record_text(key, exception_text(error))
+        )
+        return recorded or self._full(str(error))
+
+    def _full(self, text: str) -> bool:
+        """A new error that does not fit: logged the first time only (a hostile client could otherwise turn every
+        malformed packet into a log line once the log is full); the rest are counted."""
+        self.errors_not_recorded += 1
+        if self.errors_not_recorded == 1:
+            log.error("archive error log full: this and later new errors are not recorded in it: %s", text)
         return False
 
     def header(self) -> MarkFileHeader:

@@ -29,12 +29,17 @@ def test_the_activity_timestamp_moves_once_a_second_and_errors_are_logged_distin
         nanos.advance(SECOND)
         for _ in range(2):
             conductor.on_protocol_error("unexpected message X on the control stream")
-        conductor.on_protocol_error("another")
+        conductor.on_protocol_error("another")  # the same kind of fault: counted in the first one's entry
+        for n in range(3):  # texts that vary, of one kind: one entry, so a hostile client cannot fill the log
+            conductor.on_protocol_error(f"no control session {n}", "unknown session")
+        conductor._on_agent_error(ArchiveError("segment file gone"))
+        conductor._on_agent_error(ArchiveError("segment file gone"))
         errors = read_mark_file(str(tmp_path)).errors
         assert [(e.observation_count, e.text) for e in errors] == [
-            (2, f"{ArchiveError.__module__}.ArchiveError: GENERIC: unexpected message X on the control stream\n"),
-            (1, f"{ArchiveError.__module__}.ArchiveError: GENERIC: another\n"),
+            (3, f"{ArchiveError.__module__}.ArchiveError: GENERIC: unexpected message X on the control stream\n"),
+            (3, f"{ArchiveError.__module__}.ArchiveError: GENERIC: no control session 0\n"),
+            (2, f"{ArchiveError.__module__}.ArchiveError: GENERIC: segment file gone\n"),
         ]
-        assert conductor.counters.errors.get() == 3
+        assert conductor.counters.errors.get() == 8
     finally:
         mark.close()
