@@ -727,7 +727,8 @@ class ArchiveConductor(Agent):
         interval = self.ctx.time_index_interval_ns
         if interval <= 0:
             return None
-        return TimeIndexWriter(self.ctx.archive_dir, recording_id, interval, clock=self.ctx.epoch_clock_ns)
+        sync = self.ctx.file_sync_level > 0  # as the recorder syncs the data
+        return TimeIndexWriter(self.ctx.archive_dir, recording_id, interval, clock=self.ctx.epoch_clock_ns, sync=sync)
 
     def _launch_recording(
         self,

@@ -60,6 +60,7 @@ class RecordingWriter:
         self._dir_sync = catalog_file_sync_level > 0 or file_sync_level > 0
         self._checksum = checksum
         self._clock_ns = clock_ns
+        self._start_position = start_position
         self._segment_base = segment_file_base_position(start_position, join_position, term_length, segment_length)
         self._segment_offset = join_position - self._segment_base
         self._fd = -1
@@ -100,7 +101,7 @@ class RecordingWriter:
         """Open (or create) the segment file for the join position; the next write lands at the join position."""
         self._open_segment(create_only=False)
         if self._time_index is not None:
-            self._time_index.open(self._segment_base, self.position)
+            self._time_index.open(self._segment_base, self.position, self._segment_length, self._start_position)
 
     def on_block(self, block: Any, length: int | None = None) -> None:
         """Write `block[:length]` at the current position and advance by `length`.

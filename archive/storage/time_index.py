@@ -22,6 +22,7 @@ ArchiveTool only look at `.rec` (and `.del`) names, so the files never disturb t
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import struct
@@ -121,6 +122,12 @@ def _parse_header(raw: bytes, path: str) -> int:
     return int(interval_ns)
 
 
+def is_unwritten_header(raw: bytes) -> bool:
+    """A header a crash left unwritten (the file created, or its header lost with a power cut): shorter than a
+    header, or all zeros. Such a file has no samples; anything else that is not a header is an error."""
+    return len(raw) < HEADER_LENGTH or not any(raw[:HEADER_LENGTH])
+
+
 def read_file(path: str) -> tuple[int, npt.NDArray[np.void]]:
     """(interval ns, whole samples) of one `.tix` file, a torn last sample left out: one open and one read."""
     fd = os.open(path, os.O_RDONLY)
@@ -129,6 +136,8 @@ def read_file(path: str) -> tuple[int, npt.NDArray[np.void]]:
         raw = os.pread(fd, size, 0)
     finally:
         os.close(fd)
+    if is_unwritten_header(raw):
+        return 0, np.empty(0, dtype=_SAMPLE_DTYPE)
     interval = _parse_header(raw, path)
     count = (len(raw) - HEADER_LENGTH) // SAMPLE_LENGTH
     return interval, np.frombuffer(raw, dtype=_SAMPLE_DTYPE, count=count, offset=HEADER_LENGTH)
@@ -265,6 +274,39 @@ def _read_paths(
     return TimeIndex(recording_id, times, positions, interval)
 
 
+def _fsync_directory(directory: str) -> None:
+    """A new file's name made durable (as `segments.fsync_directory`, which this module cannot import)."""
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as ex:
+        if ex.errno not in (errno.EINVAL, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def _last_time_below(path: str, position: int) -> int | None:
+    """The time of a file's last whole sample below `position`; None without one (or without the file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        if size < HEADER_LENGTH + SAMPLE_LENGTH:
+            return None
+        kept = (TimeIndexWriter._kept_length(fd, size, position) - HEADER_LENGTH) // SAMPLE_LENGTH
+        if kept == 0:
+            return None
+        raw = os.pread(fd, SAMPLE_LENGTH, HEADER_LENGTH + (kept - 1) * SAMPLE_LENGTH)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return int(SAMPLE.unpack(raw)[0]) if len(raw) == SAMPLE_LENGTH else None
+
+
 class TimeIndexWriter:
     """Appends one recording's samples; owned by its `RecordingWriter` on the recorder thread.
 
@@ -280,9 +322,13 @@ class TimeIndexWriter:
         interval_ns: int = INTERVAL_DEFAULT_NS,
         *,
         clock: Callable[[], int] = time.time_ns,
+        sync: bool = False,
     ) -> None:
+        """`sync`: make each sample durable as it is written, and each new file's name (the archive's
+        `file_sync_level` > 0, under which the recorder syncs every block of data too)."""
         if interval_ns <= 0:
             raise ValueError(f"time index interval must be > 0 ns, got {interval_ns}")
+        self._sync = sync
         self._dir = os.fspath(archive_dir)
         self._recording_id = recording_id
         self._interval = interval_ns
@@ -299,10 +345,18 @@ class TimeIndexWriter:
     def interval_ns(self) -> int:
         return self._interval
 
-    def open(self, base_position: int, join_position: int) -> None:
+    def open(self, base_position: int, join_position: int, segment_length: int = 0, start_position: int = 0) -> None:
         """Open the segment's index for appending at `join_position`: a torn sample and any sample at or past the
-        join (left by a crash or a truncation) are cut; the last time kept, so times never decrease."""
-        self._last_time = self._latest_time()
+        join (left by a crash or a truncation) are cut; the last time kept, so times never decrease.
+
+        Runs on the recorder thread, where every active recording waits for it: a new recording (join at its
+        start) reads nothing; an extension reads the last sample before the join, from the join segment's file or
+        the nearest earlier one found by name (`segment_length`, `start_position`), a few small `pread`s."""
+        self._last_time = (
+            self._latest_time(base_position, join_position, segment_length, start_position)
+            if join_position > start_position or segment_length <= 0
+            else 0
+        )
         self._open_file(base_position, join_position)
         self._force = True
 
@@ -330,6 +384,8 @@ class TimeIndexWriter:
     def _append(self, now: int, position: int) -> None:
         try:
             os.pwrite(self._fd, SAMPLE.pack(now, position), self._offset)
+            if self._sync:
+                os.fdatasync(self._fd)
         except OSError as ex:
             self._give_up(ex)
             return
@@ -358,6 +414,9 @@ class TimeIndexWriter:
             keep = self._kept_length(fd, size, join_position) if size >= HEADER_LENGTH else HEADER_LENGTH
             os.ftruncate(fd, keep)
             os.pwrite(fd, HEADER.pack(MAGIC, VERSION, HEADER_LENGTH, interval), 0)
+            if self._sync:
+                os.fdatasync(fd)
+                _fsync_directory(self._dir)
         except OSError as ex:
             os.close(fd)
             self._give_up(ex)
@@ -367,15 +426,31 @@ class TimeIndexWriter:
 
     @staticmethod
     def _kept_length(fd: int, size: int, join_position: int) -> int:
-        count = (size - HEADER_LENGTH) // SAMPLE_LENGTH
-        raw = os.pread(fd, count * SAMPLE_LENGTH, HEADER_LENGTH)
-        positions = np.frombuffer(raw, dtype=_SAMPLE_DTYPE)["position"]
-        kept = int(np.searchsorted(positions, join_position, side="left"))
-        return HEADER_LENGTH + kept * SAMPLE_LENGTH
+        """The file length that keeps the whole samples below `join_position` (binary search, 8-byte reads)."""
+        low, high = 0, (size - HEADER_LENGTH) // SAMPLE_LENGTH
+        while low < high:
+            middle = (low + high) // 2
+            raw = os.pread(fd, 8, HEADER_LENGTH + middle * SAMPLE_LENGTH + 8)
+            if len(raw) < 8 or int.from_bytes(raw, "little", signed=True) >= join_position:
+                high = middle
+            else:
+                low = middle + 1
+        return HEADER_LENGTH + low * SAMPLE_LENGTH
 
-    def _latest_time(self) -> int:
-        """The newest time already sampled for this recording (held so times never decrease across a restart):
-        the last whole sample of its highest `.tix` file that has one."""
+    def _latest_time(self, base_position: int, join_position: int, segment_length: int, start_position: int) -> int:
+        """The newest time sampled before the join (held so times never decrease across a restart): the last
+        sample below the join in its segment's file, else the last of the nearest earlier file that has one.
+        Without a `segment_length`, the directory is listed instead (tests and tools)."""
+        if segment_length > 0:
+            directory = self._dir
+            base = base_position
+            while base + segment_length > start_position:  # down to the segment holding the start
+                path = os.path.join(directory, time_index_file_name(self._recording_id, base))
+                found = _last_time_below(path, join_position)
+                if found is not None:
+                    return found
+                base -= segment_length
+            return 0
         for path in reversed(_index_files(self._dir, self._recording_id)):
             try:
                 samples = read_samples(path)

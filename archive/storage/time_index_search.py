@@ -36,6 +36,7 @@ from aeron_archive_spark.archive.storage.time_index import (
     SAMPLE_LENGTH,
     VERSION,
     TimeIndexError,
+    is_unwritten_header,
     time_index_file_name,
 )
 
@@ -76,8 +77,10 @@ class SampleFile:
         self._fd = os.open(path, os.O_RDONLY)
         try:
             raw = os.pread(self._fd, HEADER_LENGTH, 0)
-            if len(raw) < HEADER_LENGTH:
-                raise TimeIndexError(f"time index {path}: {len(raw)}-byte header, expected {HEADER_LENGTH}")
+            if is_unwritten_header(raw):  # a crash between creating the file and writing its header: no samples
+                self.interval_ns = 0
+                self.count = 0
+                return
             magic, version, header_length, interval_ns = HEADER.unpack(raw)
             if magic != MAGIC or header_length != HEADER_LENGTH or version != VERSION:
                 raise TimeIndexError(f"time index {path}: not a version {VERSION} time index file")

@@ -240,3 +240,60 @@ def test_merged_rows_of_several_recordings_are_each_dated_by_their_own_index() -
     batch = merge_decoded(rows)
     micros = batch.column("timestamp").cast("int64").to_pylist()
     assert micros == [1_000, 1_005, None, 9_000, 9_005]
+
+
+def test_opening_reads_nothing_for_a_new_recording_and_little_for_an_extension(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`open` runs on the recorder thread: no directory listing, no whole file read, whatever the archive holds."""
+    builder = StreamBuilder().append_many([200] * 1500)
+    record(tmp_path, builder, SteppedClock())
+    listings = []
+    real_listdir = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda d: listings.append(d) or real_listdir(d))
+    fresh = TimeIndexWriter(tmp_path, 9, 10 * MS, clock=SteppedClock())
+    fresh.open(0, 0, SEGMENT_LENGTH, 0)
+    fresh.close()
+    stop = builder.position
+    base = stop - stop % SEGMENT_LENGTH
+    later = SteppedClock(start=T0 - 1_000 * MS)  # a clock behind the recording's last sample: held
+    extension = TimeIndexWriter(tmp_path, 0, 10 * MS, clock=later)
+    extension.open(base, stop, SEGMENT_LENGTH, 0)
+    extension.on_block(stop)
+    extension.close()
+    assert listings == []
+    index = read_time_index(tmp_path, 0)
+    assert int(index.positions[-1]) == stop and bool(np.all(np.diff(index.times_ns) >= 0))
+
+
+def test_a_file_a_crash_left_without_its_header_has_no_samples(tmp_path: Path) -> None:
+    """Created but its header never written (kill -9 at that instant), or zeros after a power cut: no samples,
+    not an error, for readers and for the archive's search; the next writer writes it whole."""
+    from aeron_archive_spark.archive.storage.time_index_search import RecordingGeometry, RecordingTimeIndex
+
+    (tmp_path / time_index_file_name(0, 0)).write_bytes(b"")
+    (tmp_path / time_index_file_name(0, SEGMENT_LENGTH)).write_bytes(bytes(HEADER_LENGTH + SAMPLE_LENGTH))
+    assert read_time_index(tmp_path, 0).is_empty
+    search = RecordingTimeIndex(tmp_path, RecordingGeometry(0, 0, 2 * SEGMENT_LENGTH, TERM_LENGTH, SEGMENT_LENGTH))
+    assert search.position_at_or_after(T0) == -1
+    writer = TimeIndexWriter(tmp_path, 0, 10 * MS, clock=SteppedClock())
+    writer.open(0, 0, SEGMENT_LENGTH, 0)
+    writer.on_block(0)
+    writer.close()
+    assert read_time_index(tmp_path, 0).positions.tolist() == [0]
+
+
+def test_with_sync_each_sample_and_each_new_file_is_made_durable(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[int] = []
+    monkeypatch.setattr(os, "fdatasync", lambda fd: synced.append(fd))
+    writer = TimeIndexWriter(tmp_path, 0, 10 * MS, clock=SteppedClock(step=20 * MS), sync=True)
+    writer.open(0, 0, SEGMENT_LENGTH, 0)
+    for position in (0, 64, 128):
+        writer.on_block(position)
+    writer.close()
+    assert len(synced) == 1 + 3  # the new file's header, then each sample
+    quiet = TimeIndexWriter(tmp_path, 1, 10 * MS, clock=SteppedClock(step=20 * MS))
+    quiet.open(0, 0, SEGMENT_LENGTH, 0)
+    quiet.on_block(0)
+    quiet.close()
+    assert len(synced) == 4
