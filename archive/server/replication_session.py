@@ -858,9 +858,9 @@ class ReplicationSession:
             if msg.template_id == t.TIME_INDEX_SAMPLES and msg.correlation_id == self._active_correlation_id:
                 copy.on_samples(np.frombuffer(msg.samples, dtype=SAMPLE_DTYPE), int(msg.interval_ns))
                 self._action_started_ns = self._now_ns  # the timeout runs from the last message, as the client's
-            elif msg.template_id == t.CONTROL_RESPONSE and msg.code == ControlResponseCode.ERROR:
-                raise ArchiveError(f"the source answered: {msg.error_message}", msg.relevant_id)
             elif msg.template_id == t.CONTROL_RESPONSE and msg.correlation_id == self._active_correlation_id:
+                if msg.code == ControlResponseCode.ERROR:  # only this request's: a late one for another is not
+                    raise ArchiveError(f"the source answered: {msg.error_message}", msg.relevant_id)
                 copy.on_step_end(int(msg.relevant_id))
                 self._track(NULL_VALUE)
         if work == 0 and self._active_correlation_id != NULL_VALUE:

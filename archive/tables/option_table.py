@@ -18,7 +18,7 @@ import difflib
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from enum import Flag, auto
 from types import MappingProxyType
 from typing import Any
@@ -126,6 +126,9 @@ def parse_duration_ms(name: str, raw: str) -> int:
     return int(float(match.group(1)) * _DURATION_MS[(match.group(2) or "").lower()])
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def parse_timestamp_ms(name: str, raw: object) -> int:
     """Milliseconds since the epoch: an integer, or an ISO-8601 time with its zone (`2026-11-28T09:30:00Z`)."""
     if isinstance(raw, bool):
@@ -153,7 +156,8 @@ def _iso_ms(name: str, raw: object, text: str) -> int:
             f"option {name}: {raw!r} has no time zone: add one (Z for UTC, or +01:00), so the instant is the same "
             "on every host"
         )
-    return int(when.timestamp() * 1000)
+    # exact: a float of seconds times 1000 lands 1 ms early for some times (e.g. 1987-03-12T00:11:34.550Z)
+    return (when - _EPOCH) // timedelta(milliseconds=1)
 
 
 def parse_id_list(name: str, raw: str) -> tuple[int, ...]:

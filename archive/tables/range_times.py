@@ -85,10 +85,16 @@ def _copies_index(location: Replicas, read_range: ReadRange, pool: ConnectionPoo
     failures = []
     for copy in location.copies:
         try:
-            return _archive_index(copy.archive.connection, copy.recording_id, read_range, pool)
+            index = _archive_index(copy.archive.connection, copy.recording_id, read_range, pool)
         except COPY_FAILURES as ex:
             failures.append(f"controlChannel={copy.archive.connection.control_channel}: {ex}")
-    log.warning("recording %d: no copy answered for its time index (%s)", read_range.recording_id, "; ".join(failures))
+            continue
+        if index is not None and not index.is_empty:
+            return index  # else a copy without an index (Java's, or one made before it): ask the next
+    if failures:
+        log.warning(
+            "recording %d: no copy answered for its time index (%s)", read_range.recording_id, "; ".join(failures)
+        )
     return None
 
 

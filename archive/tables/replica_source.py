@@ -47,7 +47,11 @@ from aeron_archive_spark.archive.tables.ranges import (
     RecordingFacts,
     Replicas,
 )
-from aeron_archive_spark.archive.tables.recording_source import RecordingSource, RemoteRecordingSource
+from aeron_archive_spark.archive.tables.recording_source import (
+    RecordingSource,
+    RemoteRecordingSource,
+    TimeIndexMissingError,
+)
 from aeron_archive_spark.archive.tables.replica_chunks import ReplicaChunkSource
 
 log = logging.getLogger(__name__)
@@ -243,15 +247,20 @@ class ReplicatedRecordingSource(RecordingSource):
         return max(ends)
 
     def _position_at_time(self, descriptor: RecordingDescriptor, time_ns: int, end: int) -> int | None:
-        """The reference's time index decides; while it is down, the first copy that answers (a copy's position is
-        the reference's too: copies are byte-identical from their common start)."""
+        """The reference's time index decides; while it is down, or keeps no index (a Java archive), the first
+        copy that can answer (a copy's position is the reference's too: copies are byte-identical from their
+        common start; a copy made from ours carries the source's times, others their own)."""
         rid = descriptor.recording_id
         what = f"the position of time {time_ns} ns in recording {rid}"
+        missing: TimeIndexMissingError | None = None
         if not self._resting(0):
             try:
                 position = self._members[0]._position_at_time(descriptor, time_ns, end)
             except UNREACHABLE as ex:
                 self._failed(0, what, ex)
+            except TimeIndexMissingError as ex:
+                self._answered(0)
+                missing = ex
             else:
                 self._answered(0)
                 return position
@@ -261,8 +270,12 @@ class ReplicatedRecordingSource(RecordingSource):
             except UNREACHABLE as ex:
                 self._failed(index, what, ex)
                 continue
+            except TimeIndexMissingError:
+                continue
             self._answered(index)
             return position
+        if missing is not None:
+            raise missing
         raise ArchiveError(f"{what}: no archive of the {self.describe()} that holds it answers")
 
     def _copy_ends(self, rid: int, at_least: int | None = None) -> list[tuple[Copy, int]]:

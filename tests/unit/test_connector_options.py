@@ -228,3 +228,8 @@ def test_bad_times_are_refused_naming_the_option(extra, message):
 def test_ending_times_are_for_batch_reads_only():
     with pytest.raises(OptionError, match="endingTimestamp"):
         parse(True, endingTimestamp="5")
+
+
+def test_iso_times_are_exact_to_the_millisecond():
+    # a float of seconds times 1000 once gave ...549 for this one
+    assert parse(startingTimestamp="1987-03-12T00:11:34.550Z").starting_time.every_ms == 542_506_294_550
