@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from aeron_archive_spark.archive.native import AeronClient, EmbeddedMediaDriver
 from aeron_archive_spark.archive.server.conductor import ArchiveConductor
 from aeron_archive_spark.archive.server.context import ArchiveContext
-from aeron_archive_spark.archive.storage.catalog import Catalog
+from aeron_archive_spark.archive.storage.catalog import Catalog, refuse_unwritable_catalog
 from aeron_archive_spark.archive.storage.checksums import checksum_for_name
 from aeron_archive_spark.archive.storage.cnc_file import driver_file_page_size
 from aeron_archive_spark.archive.storage.mark_file import FILE_PAGE_SIZE_DEFAULT, ArchiveMarkFile
@@ -66,6 +66,10 @@ class Archive:
         if ctx.delete_archive_on_start and os.path.isdir(ctx.archive_dir):
             shutil.rmtree(ctx.archive_dir)
         os.makedirs(ctx.archive_dir, exist_ok=True)
+        # A catalog this archive may not write (Aeron < 1.0's layout, another major version) is refused on reading its
+        # header alone, before the mark file is touched: such a directory (an old archive's, whose mark file has a
+        # layout of its own) is left byte for byte, for `aeron-archive migrate`.
+        refuse_unwritable_catalog(ctx.archive_dir)
         # The mark file before anything else touches the directory (as Java's conclude() does): a directory another
         # archive holds is refused before its catalog is recovered or written.
         self.mark_file = self._acquire_mark_file()

@@ -126,6 +126,38 @@ _I64 = struct.Struct("<q")
 _CATALOG_HEADER = struct.Struct("<iiqi")
 
 
+def _legacy_for_writing(path: str, archive_dir: str | os.PathLike[str], version: int) -> ArchiveError:
+    return ArchiveError(
+        f"catalog {path} uses the legacy fixed 1 KiB entry layout (version {semantic_version_string(version)}); "
+        f"migrate it to version {semantic_version_string(CATALOG_VERSION)} with `aeron-archive migrate --dir "
+        f"{os.fspath(archive_dir)}` (Aeron's `ArchiveTool <dir> migrate`) before opening it for writing (it can be "
+        "read as is)"
+    )
+
+
+def refuse_unwritable_catalog(archive_dir: str | os.PathLike[str]) -> None:
+    """Raise what opening the directory's catalog for writing would, for a catalog no archive of this version may
+    write (the legacy layout, another major version), reading only its header: what an archive checks before it
+    touches anything of the directory (its mark file included), so such a directory is left byte for byte."""
+    path = catalog_path(archive_dir)
+    try:
+        with open(path, "rb") as f:
+            header = f.read(_CATALOG_HEADER.size)
+    except FileNotFoundError:
+        return
+    if len(header) < _CATALOG_HEADER.size:
+        return  # a torn catalog: the writable open reports it
+    version, _, _, alignment = _CATALOG_HEADER.unpack_from(header, 0)
+    major = semantic_version_major(version)
+    if alignment == 0 and major <= CATALOG_MAJOR_VERSION:
+        raise _legacy_for_writing(path, archive_dir, version)
+    if major != CATALOG_MAJOR_VERSION:
+        raise ArchiveError(
+            f"incompatible catalog file version {semantic_version_string(version)}, archive software is "
+            f"{semantic_version_string(CATALOG_VERSION)}: {path}"
+        )
+
+
 def catalog_path(archive_dir: str | os.PathLike[str]) -> str:
     return os.path.join(os.fspath(archive_dir), CATALOG_FILE_NAME)
 
@@ -498,13 +530,7 @@ class Catalog:
         major = semantic_version_major(version)
         if alignment == 0 and major <= CATALOG_MAJOR_VERSION:
             if self._writable:
-                raise ArchiveError(
-                    f"catalog {self._path} uses the legacy fixed 1 KiB entry layout (version "
-                    f"{semantic_version_string(version)}); migrate it to version "
-                    f"{semantic_version_string(CATALOG_VERSION)} with `aeron-archive migrate --dir "
-                    f"{self._archive_dir}` (Aeron's `ArchiveTool <dir> migrate`) before opening it for writing (it can "
-                    "be read as is)"
-                )
+                raise _legacy_for_writing(self._path, self._archive_dir, version)
             self._legacy = True
             self._alignment = LEGACY_RECORD_LENGTH
             self._first_offset = LEGACY_RECORD_LENGTH
