@@ -173,6 +173,8 @@ class TimeIndex:
     def times_at(self, positions: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """The recorded time (epoch ns) of each position; -1 where it lies before the first sample."""
         k = np.searchsorted(self.positions, positions, side="right") - 1
+        if len(k) == 0 or (int(k.min()) >= 0):
+            return self.times_ns[k]  # the common case: every position is dated (one gather, no mask)
         out = np.where(k >= 0, self.times_ns[np.maximum(k, 0)], -1)
         return out.astype(np.int64, copy=False)
 

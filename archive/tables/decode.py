@@ -79,10 +79,9 @@ def timestamp_column(times: TimeIndex | None, positions: np.ndarray) -> pa.Array
 
 def _timestamps_of(ns: np.ndarray) -> pa.Array:
     """Epoch ns (-1: unknown) as the `timestamp` column (µs, null where unknown)."""
-    unknown = ns < 0
     micros = ns // 1000
-    if bool(unknown.any()):
-        return pa.array(micros, type=_TIMESTAMP, mask=unknown)
+    if ns.size and int(ns.min()) < 0:
+        return pa.array(micros, type=_TIMESTAMP, mask=ns < 0)
     return pa.Array.from_buffers(_TIMESTAMP, int(ns.size), [None, pa.py_buffer(micros)])
 
 

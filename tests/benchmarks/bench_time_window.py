@@ -78,7 +78,7 @@ def main() -> None:
     driver = archive_driver(args.driver, work)
     h = Harness(driver.aeron_dir, os.path.join(work, "archive"), segment_file_length=128 * 1024 * 1024)
     spark = (SparkSession.builder.master("local[2]").appName("bench-time-window")
-             .config("spark.ui.enabled", "false").getOrCreate())
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate())
     from aeron_archive_spark import connector
 
     connector.register(spark)
