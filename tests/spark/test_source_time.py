@@ -15,7 +15,8 @@ from spark.test_source_support import source_options
 from system.harness import SMALL_TERM, Harness, offer_all, payloads_of, wait_for
 
 from aeron_archive_spark.archive import AeronArchive
-from aeron_archive_spark.archive.constants import RecordingSignal
+from aeron_archive_spark.archive.constants import NULL_VALUE, RecordingSignal
+from aeron_archive_spark.archive.recording_pos import find_counter_id_by_recording
 
 pytestmark = pytest.mark.spark
 
@@ -276,6 +277,10 @@ def test_windows_stay_exact_after_a_kill_9_a_restart_an_extension_and_a_truncati
     try:
         rid = feed.recording_id
         wait_for(lambda: h.client.list_recording(rid).stop_position == killed_at, what="the recovered stop")
+        # The killed archive's subscription holds its IPC image, so the closed publication, until the driver times
+        # its client out (its rec-pos counter goes with it): the extension must not join that stale publication.
+        wait_for(lambda: find_counter_id_by_recording(h.client.aeron.counters_reader, rid) == NULL_VALUE, 10,
+                 "the killed archive's client timed out")
         h.client.extend_recording(rid, CHANNEL, 7841)
         d = h.client.list_recording(rid)
         feed.attach(h.client, h.client.aeron.add_exclusive_publication(
