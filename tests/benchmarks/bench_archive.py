@@ -31,6 +31,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -269,8 +270,8 @@ while True:
 """
 
 
-def compare_metrics(args: argparse.Namespace) -> None:
-    """Record and replay with metrics off and on (scraped every `--scrape-interval`), alternated; medians."""
+def compare_runs(args: argparse.Namespace, title: str, modes: list[tuple[str, dict[str, Any]]]) -> None:
+    """Record and replay under two set-ups (`run_size` keyword arguments), alternated each round; medians."""
     total = args.total_mib * 1024 * 1024
     sizes = [int(s) for s in args.sizes.split(",")]
     figures: dict[tuple[str, str, int], list[float]] = {}
@@ -278,44 +279,29 @@ def compare_metrics(args: argparse.Namespace) -> None:
     driver = EmbeddedMediaDriver(os.path.join(work, "driver"))
     try:
         baseline = raw_file_baseline(work, total)
-        modes: list[tuple[str, float | None]] = [("off", None), ("on", args.scrape_interval)]
         for round_no in range(args.rounds):
-            for mode, interval in (modes if round_no % 2 == 0 else reversed(modes)):
+            for mode, settings in (modes if round_no % 2 == 0 else list(reversed(modes))):
                 for size in sizes:
-                    recorded, replayed, _, _ = run_size(driver.aeron_dir, work, size, total, baseline, interval)
+                    recorded, replayed, _, _ = run_size(driver.aeron_dir, work, size, total, baseline, **settings)
                     figures.setdefault((mode, "record", size), []).append(recorded.mb_s)
                     figures.setdefault((mode, "replay", size), []).append(replayed.mb_s)
-        print(f"metrics off vs on (scraped every {args.scrape_interval} s): {args.total_mib} MiB per run, "
-              f"{args.rounds} alternated rounds, medians")
-        print_medians(figures, sizes, "off", "on")
+        print(f"{title}: {args.total_mib} MiB per run, {args.rounds} alternated rounds, medians")
+        print_medians(figures, sizes, modes[0][0], modes[1][0])
     finally:
         driver.close()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def compare_metrics(args: argparse.Namespace) -> None:
+    """Record and replay with metrics off and on (scraped every `--scrape-interval`), alternated; medians."""
+    compare_runs(args, f"metrics off vs on (scraped every {args.scrape_interval} s)",
+                 [("off", {}), ("on", {"scrape_interval": args.scrape_interval})])
 
 
 def compare_time_index(args: argparse.Namespace) -> None:
     """Record and replay with the time index off and at its default interval, alternated; medians."""
-    total = args.total_mib * 1024 * 1024
-    sizes = [int(s) for s in args.sizes.split(",")]
-    figures: dict[tuple[str, str, int], list[float]] = {}
-    work = tempfile.mkdtemp(prefix="aeron-archive-bench-", dir=args.dir)
-    driver = EmbeddedMediaDriver(os.path.join(work, "driver"))
-    try:
-        baseline = raw_file_baseline(work, total)
-        modes = [("off", 0), ("on", TIME_INDEX_DEFAULT_NS)]
-        for round_no in range(args.rounds):
-            for mode, interval in (modes if round_no % 2 == 0 else reversed(modes)):
-                for size in sizes:
-                    recorded, replayed, _, _ = run_size(driver.aeron_dir, work, size, total, baseline,
-                                                        time_index_ns=interval)
-                    figures.setdefault((mode, "record", size), []).append(recorded.mb_s)
-                    figures.setdefault((mode, "replay", size), []).append(replayed.mb_s)
-        print(f"time index off vs on ({TIME_INDEX_DEFAULT_NS // 1_000_000} ms): {args.total_mib} MiB per run, "
-              f"{args.rounds} alternated rounds, medians")
-        print_medians(figures, sizes, "off", "on")
-    finally:
-        driver.close()
-        shutil.rmtree(work, ignore_errors=True)
+    compare_runs(args, f"time index off vs on ({TIME_INDEX_DEFAULT_NS // 1_000_000} ms)",
+                 [("off", {"time_index_ns": 0}), ("on", {"time_index_ns": TIME_INDEX_DEFAULT_NS})])
 
 
 def main() -> None:
