@@ -104,13 +104,14 @@ def read_with(spark: SparkSession, config: dict[str, Any]) -> dict[str, Any]:
                 for r in frame.select("recordingId", "position", "value").orderBy("position").collect()
             ]
         results.append({"partitions": frame.rdd.getNumPartitions(), "rows": rows})
-    return {**results[0], "reads": results, "tasks": task_hosts(spark, config)}
+    # `timeWindow`: a read by time too, in the same application (a Spark application costs ~40 s to start here)
+    window = time_window(spark, config) if config.get("timeWindow") else None
+    return {**results[0], "reads": results, "timeWindow": window, "tasks": task_hosts(spark, config)}
 
 
-def time_window(config: dict[str, Any]) -> dict[str, Any]:
+def time_window(spark: SparkSession, config: dict[str, Any]) -> dict[str, Any]:
     """The recording read whole, then the middle third of its recorded times read as a window (startingTimestamp,
     endingTimestamp): rows [position, tradeId, recorded time in us] of each, and the window's edges (ms)."""
-    spark = session(config, "aas-cluster-time-window")
     options = archive_options(config)
 
     def rows_of(extra: dict[str, str]) -> list[list[int]]:
@@ -124,9 +125,7 @@ def time_window(config: dict[str, Any]) -> dict[str, Any]:
     times = [r[2] for r in whole]
     edges = [times[len(times) // 3] // 1000, times[2 * len(times) // 3] // 1000]
     window = rows_of({"startingTimestamp": str(edges[0]), "endingTimestamp": str(edges[1])})
-    result = {"whole": whole, "window": window, "edges": edges, "tasks": task_hosts(spark, config)}
-    spark.stop()
-    return result
+    return {"whole": whole, "window": window, "edges": edges}
 
 
 def stream_read(config: dict[str, Any]) -> dict[str, Any]:
@@ -261,7 +260,6 @@ COMMANDS = {
     "stream-read": stream_read,
     "stream-copy": stream_copy,
     "batch-write": batch_write,
-    "time-window": time_window,
 }
 
 

@@ -110,6 +110,8 @@ def worker_of(cluster: Topology, host: str) -> str | None:
 
 
 def test_batch_read_replays_one_recording_on_both_workers(healthy_cluster: Topology) -> None:
+    """Also, in the same application: a time window read gives exactly the rows of the whole read whose recorded
+    time is in it (executors on other hosts date rows and place the window through the archive's requests)."""
     cluster = healthy_cluster
     copy_schema(cluster, "driver")
     live = live_recording(cluster, 256 * 1024)
@@ -122,7 +124,14 @@ def test_batch_read_replays_one_recording_on_both_workers(healthy_cluster: Topol
             "sbeSchema": SCHEMA_ON_DRIVER,
             "maxBytesPerPartition": "32k",
         },
+        timeWindow=True,
     )
+    by_time = result["timeWindow"]
+    whole, window = by_time["whole"], by_time["window"]
+    start_us, end_us = (edge * 1000 for edge in by_time["edges"])
+    assert [r[2] for r in whole] == sorted(r[2] for r in whole), "recorded times decrease"
+    expected = [r for r in whole if start_us <= r[2] < end_us]
+    assert expected and window == expected
     rows = result["rows"]
     assert_exact(rows, start_position=live["startPosition"])
     assert {r[0] for r in rows} == {live["recordingId"]}
@@ -132,22 +141,6 @@ def test_batch_read_replays_one_recording_on_both_workers(healthy_cluster: Topol
     by_worker = {worker_of(cluster, t["host"]) for t in read_tasks}
     assert by_worker == set(cluster.workers), f"tasks ran on {by_worker}: {read_tasks[:4]}"
     assert len({t["executorId"] for t in read_tasks}) == 2
-
-
-def test_a_time_window_reads_exactly_the_messages_recorded_in_it(healthy_cluster: Topology) -> None:
-    """Executors on other hosts date rows and place the window through the archive's time index requests."""
-    cluster = healthy_cluster
-    copy_schema(cluster, "driver")
-    live = live_recording(cluster, 256 * 1024)
-    result = job(cluster, "driver", "time-window", options={
-        "recordingId": str(live["recordingId"]), "sbeSchema": SCHEMA_ON_DRIVER, "maxBytesPerPartition": "64k"})
-    whole, window = result["whole"], result["window"]
-    start_us, end_us = (edge * 1000 for edge in result["edges"])
-    assert [r[2] for r in whole] == sorted(r[2] for r in whole), "recorded times decrease"
-    expected = [r for r in whole if start_us <= r[2] < end_us]
-    assert expected and window == expected
-    assert {worker_of(cluster, t["host"]) for t in result["tasks"] if t["status"] == "SUCCESS"} == set(
-        cluster.workers)
 
 
 def test_stream_read_tails_the_live_recording_exactly_once(healthy_cluster: Topology) -> None:
