@@ -9,7 +9,13 @@ Sink: a streaming query from the in-memory bench source of `bench_spark_sink` (1
   staging recording of their own, which the commit replays to the driver and appends to the target
   (`tests/benchmarks/staging_sink.py`, built only to be measured against the product's design).
 Read: a batch read of the recording the cluster sink wrote, on the cluster (no archiveDir: each executor replays
-its partitions over UDP) beside a `local[2]` `archiveDir` read of the same recording on the archive host.
+its partitions over UDP), with the source's default `replayMtu` and with `replayMtu=recording` (replays at the
+recording's MTU, as Java's archive sends them), alternated in one Spark application, beside a `local[2]`
+`archiveDir` read of the same recording on the archive host; MB/s in all and per executor.
+Replay (issue 36, `cluster_java_archive.py`, first; `--replay-only` alone, a few minutes): a Java archive (1.53,
+else 1.15.1) beside ours on the archive host records the same stream; a consumer on `worker1` replays each copy
+over UDP, alternated: Java's, ours at the recording's MTU, ours asked for `--replay-mtu`; CPU seconds per 100 MB of
+the serving archive process (its media driver included) and of the archive host, and ours / Java's.
 
 Figures are MB/s of value bytes over the action's wall time (Spark application start-up excluded), medians of
 `--reps` runs. The machine has 2 cores for every JVM, Python worker, media driver and the archive of all hosts, so
@@ -19,8 +25,8 @@ Values: a fixed pattern by default, which the sink's LZ4-compressed commit messa
 `--random-values`, incompressible bytes (what compression cannot help). Run both before drawing conclusions.
 
 Run (root; brings the topology up if it is not, and down again unless it was up):
-`python -m tests.benchmarks.bench_cluster [--rows N] [--reps N] [--random-values]`, or
-`bash ci/bench.sh cluster ...`.
+`python -m tests.benchmarks.bench_cluster [--rows N] [--reps N] [--random-values] [--replay-only | --no-replay]
+[--replay-mb 200] [--replay-mtu 8192] [--java auto|1.53|1.15]`, or `bash ci/bench.sh cluster ...`.
 """
 
 from __future__ import annotations
@@ -111,18 +117,25 @@ def sink_job(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_job(config: dict[str, Any]) -> dict[str, Any]:
+    """Timed batch reads of one recording, one per variant (option sets) in turn each rep, in one Spark application
+    so the variants share its executors; seconds and wall-clock intervals per variant."""
     spark = _session(config, "bench-cluster-read")
-    frame = spark.read.format("aeron-archive").options(**config["options"]).load()
-    seconds = []
-    intervals = []
+    variants: dict[str, dict[str, str]] = config["variants"]
+    frames = {name: spark.read.format("aeron-archive").options(**options).load() for name, options in variants.items()}
+    seconds: dict[str, list[float]] = {name: [] for name in variants}
+    intervals: dict[str, list[list[float]]] = {name: [] for name in variants}
     total = 0
-    for _ in range(config["reps"] + 1):  # the first is a warm-up
-        start, wall = time.perf_counter(), time.time()
-        total = frame.selectExpr("sum(length(value)) AS bytes").collect()[0].bytes
-        seconds.append(time.perf_counter() - start)
-        intervals.append([wall, time.time()])
+    for rep in range(config["reps"] + 1):  # the first is a warm-up
+        for name, frame in frames.items():
+            start, wall = time.perf_counter(), time.time()
+            total = frame.selectExpr("sum(length(value)) AS bytes").collect()[0].bytes
+            if rep:
+                seconds[name].append(time.perf_counter() - start)
+                intervals[name].append([wall, time.time()])
+    # Block managers: one per executor plus the driver's (local mode: the driver's alone, which runs the tasks).
+    executors = max(1, spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1)
     spark.stop()
-    return {"seconds": seconds[1:], "intervals": intervals[1:], "bytes": total}
+    return {"seconds": seconds, "intervals": intervals, "bytes": total, "executors": executors}
 
 
 def _thread_group(name: str) -> str:
@@ -244,123 +257,92 @@ def _print_cpu(name: str, megabytes: float, cpu: dict[str, float], seconds: floa
 
 
 def _on(topology: Any, host: str, command: str, config: dict[str, Any]) -> dict[str, Any]:
-    argv = [topology.python, "-m", "tests.benchmarks.bench_cluster", command, json.dumps(config)]
-    result = topology.run(host, argv, cwd=str(PROJECT), timeout=1800, env={"PYTHONPATH": str(PROJECT)})
-    if result.returncode != 0:
-        raise RuntimeError(f"{command} on {host} failed:\n{result.stderr[-4000:]}")
-    for line in reversed(result.stdout.splitlines()):
-        if line.startswith('{"result"'):
-            value: dict[str, Any] = json.loads(line)["result"]
-            return value
-    raise RuntimeError(f"{command} on {host}: no result:\n{result.stdout[-2000:]}")
+    from tests.benchmarks.cluster_java_archive import run_on
+
+    value: dict[str, Any] = run_on(topology, host, "tests.benchmarks.bench_cluster", command, config, 1800)
+    return value
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=200_000, help="1 KiB rows per sink run")
-    parser.add_argument("--batch-rows", type=int, default=50_000)
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument(
-        "--mtu",
-        type=int,
-        default=None,
-        help="mtu of the sink's channels (Aeron's default 1408): the recording, and so its replays, keep it",
-    )
-    parser.add_argument(
-        "--random-values",
-        action="store_true",
-        help="incompressible values (the default is a fixed pattern that compresses ~20x: the sink's commit "
-        "messages are LZ4-compressed)",
-    )
-    parser.add_argument(
-        "--staging",
-        action="store_true",
-        help="also time issue 10's other sink design (executors publish to per-task staging recordings)",
-    )
-    args = parser.parse_args(argv)
-
-    from tests.cluster.topology import Topology
-
-    topology = Topology()
-    was_up = topology.service_pid("archive") is not None and topology.service_pid("master") is not None
-    if not was_up:
-        topology.up()
-    try:
-        archive_ip, master = topology.ip("archive"), topology.master_url
-        mtu = f"|mtu={args.mtu}" if args.mtu else ""
-        cluster_sink = {
-            "controlChannel": topology.archive_control_channel,
-            "channel": f"aeron:udp?endpoint={archive_ip}:40700|term-length=16m{mtu}",
-            "streamId": "9100",
+def _sink_and_read(topology: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """The Spark part: sinks on the cluster and on one host, then the batch reads; prints figures, returns the
+    JSON line's fields."""
+    archive_ip, master = topology.ip("archive"), topology.master_url
+    mtu = f"|mtu={args.mtu}" if args.mtu else ""
+    cluster_sink = {
+        "controlChannel": topology.archive_control_channel,
+        "channel": f"aeron:udp?endpoint={archive_ip}:40700|term-length=16m{mtu}",
+        "streamId": "9100",
+    }
+    one_host_sink = {
+        "aeronDir": topology.archive_aeron_dir,
+        "controlChannel": topology.archive_control_channel,
+        "sourceLocation": "local",
+        "channel": f"aeron:ipc?term-length=16m{mtu}",
+        "streamId": "9200",
+    }
+    common = {
+        "rows": args.rows,
+        "batchRows": args.batch_rows,
+        "reps": args.reps,
+        "valueKind": "random" if args.random_values else "pattern",
+    }
+    with CpuSampler(topology) as sampler:
+        cluster = _on(
+            topology,
+            "driver",
+            "sink",
+            {
+                **common,
+                "master": master,
+                "driverIp": topology.ip("driver"),
+                "sinkOptions": cluster_sink,
+                "noop": True,
+                "stagingOptions": {**cluster_sink, "streamId": "9300"} if args.staging else None,
+            },
+        )
+        one_host = _on(
+            topology,
+            "archive",
+            "sink",
+            {**common, "master": "local[2]", "driverIp": archive_ip, "sinkOptions": one_host_sink},
+        )
+        recording = str(cluster["recordingId"])
+        remote = {"controlChannel": topology.archive_control_channel, "recordingId": recording}
+        # The source's default replay MTU against replays at the recording's MTU (Java's archive's only way).
+        read_variants = {
+            "cluster read": remote,
+            "cluster read replayMtu=recording": {**remote, "replayMtu": "recording"},
         }
-        one_host_sink = {
-            "aeronDir": topology.archive_aeron_dir,
-            "controlChannel": topology.archive_control_channel,
-            "sourceLocation": "local",
-            "channel": f"aeron:ipc?term-length=16m{mtu}",
-            "streamId": "9200",
-        }
-        common = {
-            "rows": args.rows,
-            "batchRows": args.batch_rows,
-            "reps": args.reps,
-            "valueKind": "random" if args.random_values else "pattern",
-        }
-        with CpuSampler(topology) as sampler:
-            cluster = _on(
-                topology,
-                "driver",
-                "sink",
-                {
-                    **common,
-                    "master": master,
-                    "driverIp": topology.ip("driver"),
-                    "sinkOptions": cluster_sink,
-                    "noop": True,
-                    "stagingOptions": {**cluster_sink, "streamId": "9300"} if args.staging else None,
+        read_cluster = _on(
+            topology,
+            "driver",
+            "read",
+            {"master": master, "driverIp": topology.ip("driver"), "reps": args.reps, "variants": read_variants},
+        )
+        read_local = _on(
+            topology,
+            "archive",
+            "read",
+            {
+                "master": "local[2]",
+                "driverIp": archive_ip,
+                "reps": args.reps,
+                "variants": {
+                    "local[2] archiveDir read": {"archiveDir": topology.archive_dir, "recordingId": recording}
                 },
-            )
-            one_host = _on(
-                topology,
-                "archive",
-                "sink",
-                {**common, "master": "local[2]", "driverIp": archive_ip, "sinkOptions": one_host_sink},
-            )
-            recording = str(cluster["recordingId"])
-            read_cluster = _on(
-                topology,
-                "driver",
-                "read",
-                {
-                    "master": master,
-                    "driverIp": topology.ip("driver"),
-                    "reps": args.reps,
-                    "options": {"controlChannel": topology.archive_control_channel, "recordingId": recording},
-                },
-            )
-            read_local = _on(
-                topology,
-                "archive",
-                "read",
-                {
-                    "master": "local[2]",
-                    "driverIp": archive_ip,
-                    "reps": args.reps,
-                    "options": {"archiveDir": topology.archive_dir, "recordingId": recording},
-                },
-            )
-        cpu_sinks = {
-            "cluster aeron-archive": sampler.between(cluster["intervals"]["aeron-archive"]),
-            "cluster no-op": sampler.between(cluster["intervals"]["bench-noop"]),
-            "one host aeron-archive": sampler.between(one_host["intervals"]["aeron-archive"]),
-        }
-        if args.staging:
-            cpu_sinks["cluster staging recordings"] = sampler.between(cluster["intervals"]["bench-staging-recordings"])
-        cpu_cluster = sampler.between(read_cluster["intervals"])
-        cpu_local = sampler.between(read_local["intervals"])
-    finally:
-        if not was_up:
-            topology.down()
+            },
+        )
+    cpu_sinks = {
+        "cluster aeron-archive": sampler.between(cluster["intervals"]["aeron-archive"]),
+        "cluster no-op": sampler.between(cluster["intervals"]["bench-noop"]),
+        "one host aeron-archive": sampler.between(one_host["intervals"]["aeron-archive"]),
+    }
+    if args.staging:
+        cpu_sinks["cluster staging recordings"] = sampler.between(cluster["intervals"]["bench-staging-recordings"])
+    reads = {**read_cluster["seconds"], **read_local["seconds"]}
+    cpu_reads = {
+        name: sampler.between(run["intervals"][name]) for run in (read_cluster, read_local) for name in run["seconds"]
+    }
 
     megabytes = args.rows * VALUE_SIZE / 1e6
     sink = {
@@ -373,12 +355,12 @@ def main(argv: list[str] | None = None) -> int:
             cluster["seconds"]["bench-staging-recordings"]
         )
     read_mb = read_cluster["bytes"] / 1e6
-    read = {
-        "cluster replay read": read_mb / statistics.median(read_cluster["seconds"]),
-        "local[2] archiveDir read": read_mb / statistics.median(read_local["seconds"]),
-    }
-    for name, value in {**sink, **read}.items():
-        print(f"  {name:<26} {value:8.1f} MB/s")
+    read = {name: read_mb / statistics.median(seconds) for name, seconds in reads.items()}
+    for name, value in sink.items():
+        print(f"  {name:<34} {value:8.1f} MB/s")
+    for name, value in read.items():
+        executors = read_cluster["executors"] if name in read_cluster["seconds"] else read_local["executors"]
+        print(f"  {name:<34} {value:8.1f} MB/s, {value / executors:6.1f} MB/s per executor ({executors})")
     # What bounds the cluster read on one machine: CPU seconds per byte over every host (archive replaying, media
     # drivers sending and receiving UDP, executors decoding) beside the local read's, all on the same cores, counted
     # inside the timed runs only (sampled every 0.5 s, interpolated).
@@ -391,31 +373,98 @@ def main(argv: list[str] | None = None) -> int:
         sink_seconds["cluster staging recordings"] = sum(cluster["seconds"]["bench-staging-recordings"])
     cpu_figures = {
         **{name: _print_cpu(name, megabytes * args.reps, cpu_sinks[name], sink_seconds[name]) for name in sink_seconds},
-        "cluster replay read": _print_cpu(
-            "cluster replay read", read_mb * args.reps, cpu_cluster, sum(read_cluster["seconds"])
-        ),
-        "local[2] archiveDir read": _print_cpu(
-            "local[2] archiveDir read", read_mb * args.reps, cpu_local, sum(read_local["seconds"])
-        ),
+        **{name: _print_cpu(name, read_mb * args.reps, cpu_reads[name], sum(reads[name])) for name in reads},
     }
     ratios = {
         "sink_cluster_vs_one_host": sink["cluster aeron-archive"] / sink["one host aeron-archive"],
         "sink_cluster_vs_noop": sink["cluster aeron-archive"] / sink["cluster no-op"],
-        "read_cluster_vs_local_archive_dir": read["cluster replay read"] / read["local[2] archiveDir read"],
+        "read_cluster_vs_local_archive_dir": read["cluster read"] / read["local[2] archiveDir read"],
+        "read_cluster_recording_mtu_vs_local_archive_dir": read["cluster read replayMtu=recording"]
+        / read["local[2] archiveDir read"],
     }
     if args.staging:
         ratios["sink_staging_recordings_vs_noop"] = sink["cluster staging recordings"] / sink["cluster no-op"]
         ratios["sink_staging_vs_commit_messages"] = sink["cluster staging recordings"] / sink["cluster aeron-archive"]
     for name, value in ratios.items():
-        print(f"  ratio {name:<34} {value:.2f}")
-    print(
-        json.dumps(
-            {
-                **{k: round(v, 3) for k, v in {**sink, **read, **ratios}.items()},
-                "cpu": {k: {n: round(x, 2) for n, x in v.items()} for k, v in cpu_figures.items()},
-            }
-        )
+        print(f"  ratio {name:<48} {value:.2f}")
+    per_executor = {
+        f"{name} per executor": value / (read_cluster["executors"] if name in read_cluster["seconds"] else 1)
+        for name, value in read.items()
+    }
+    return {
+        **{k: round(v, 3) for k, v in {**sink, **read, **per_executor, **ratios}.items()},
+        "cpu": {k: {n: round(x, 2) for n, x in v.items()} for k, v in cpu_figures.items()},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=200_000, help="1 KiB rows per sink run")
+    parser.add_argument("--batch-rows", type=int, default=50_000)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument(
+        "--mtu",
+        type=int,
+        default=None,
+        help="mtu of the sink's channels and of the replay section's stream (Aeron's default 1408): the recording, "
+        "and so its replays, keep it",
     )
+    parser.add_argument(
+        "--random-values",
+        action="store_true",
+        help="incompressible values (the default is a fixed pattern that compresses ~20x: the sink's commit "
+        "messages are LZ4-compressed)",
+    )
+    parser.add_argument(
+        "--staging",
+        action="store_true",
+        help="also time issue 10's other sink design (executors publish to per-task staging recordings)",
+    )
+    parser.add_argument("--replay-only", action="store_true", help="only the replay section (ours against Java's)")
+    parser.add_argument("--no-replay", action="store_true", help="skip the replay section")
+    parser.add_argument("--replay-mb", type=float, default=200.0, help="MB the replay section records in each archive")
+    parser.add_argument(
+        "--replay-mtu", type=int, default=8192, help="the larger replay MTU our archive is asked for (mtu=N)"
+    )
+    parser.add_argument(
+        "--java",
+        choices=("auto", "1.53", "1.15"),
+        default="auto",
+        help="the Java archive of the replay section: 1.53 where JAVA_AERON_HOME (or ~/.cache/java-aeron) is built, "
+        "else 1.15.1 from ci/java_aeron.sh",
+    )
+    args = parser.parse_args(argv)
+
+    from tests.benchmarks.cluster_java_archive import print_figures, replay_section
+    from tests.cluster.topology import Topology
+
+    topology = Topology()
+    was_up = topology.service_pid("archive") is not None and topology.service_pid("master") is not None
+    if not was_up:
+        topology.up()
+    line: dict[str, Any] = {}
+    try:
+        if not args.no_replay:
+            replay = replay_section(
+                topology,
+                megabytes=args.replay_mb,
+                mtu=args.mtu or 1408,
+                replay_mtu=args.replay_mtu,
+                reps=args.reps,
+                java=args.java,
+            )
+            ratios = print_figures(replay)
+            line["replay"] = {
+                name: {k: (round(v, 3) if isinstance(v, float) else v) for k, v in f.items()}
+                for name, f in replay.items()
+            }
+            line.update({k: round(v, 3) for k, v in ratios.items()})
+        if not args.replay_only:
+            line.update(_sink_and_read(topology, args))
+    finally:
+        if not was_up:
+            topology.down()
+    print(json.dumps(line))
     return 0
 
 
