@@ -160,6 +160,47 @@ def initial_position_params(position: int, initial_term_id: int, term_length: in
     }
 
 
+# Aeron's largest datagram payload (`AERON_MAX_UDP_PAYLOAD_LENGTH`): the largest MTU a media driver accepts.
+MAX_UDP_PAYLOAD_LENGTH = 65504
+MTU_ALIGNMENT = 32
+
+
+def validate_mtu(mtu: int, what: str) -> int:
+    """`mtu` if a media driver accepts it as a channel's MTU (a multiple of 32, above the 32-byte data header, at
+    most 65504: the C driver's `aeron_driver_context_validate_mtu_length`), else a ChannelError naming `what`."""
+    if mtu <= MTU_ALIGNMENT or mtu > MAX_UDP_PAYLOAD_LENGTH or mtu % MTU_ALIGNMENT:
+        raise ChannelError(
+            f"{what}={mtu} is not a valid MTU: it must be a multiple of {MTU_ALIGNMENT} greater than "
+            f"{MTU_ALIGNMENT} and at most {MAX_UDP_PAYLOAD_LENGTH} (Aeron's MAX_UDP_PAYLOAD_LENGTH)"
+        )
+    return mtu
+
+
+def replay_mtu_length(replay_channel: str, recording_mtu: int, term_length: int) -> int:
+    """The MTU of a replay publication: the recording's (Java's archive always forces it), or larger where the
+    replay channel asks for more with `mtu=N` (our archive's extension).
+
+    Why larger: a replay sends the recorded frames verbatim, and its media driver packs as many whole frames into
+    one datagram as its MTU allows; frames recorded at 1408 then cross the network several to a datagram, and
+    every per-datagram cost (system calls, both drivers' work, the kernel's) is paid that many times less. The
+    frames, positions, fragments and reserved values stay exactly as recorded; only how they are grouped into
+    datagrams changes. A smaller `mtu` than the recording's is ignored, as Java ignores any (a recorded frame may
+    be as long as the recording's MTU); an invalid one is an error naming it, rather than a refusal by the media
+    driver after the request was answered. At most a quarter of the term: a receiver's window is at most half a
+    term, and a datagram as large as the window stalls the stream (measured: a 64 KiB term replayed at 16 KiB
+    flows, at 32 KiB it stops after the first window).
+    """
+    requested = ChannelUri.parse(replay_channel).get("mtu")
+    if requested is None:
+        return recording_mtu
+    try:
+        value = int(requested)
+    except ValueError:
+        raise ChannelError(f"replay channel mtu={requested} is not a number: {replay_channel}") from None
+    largest = max(recording_mtu, (term_length // 4) & ~(MTU_ALIGNMENT - 1))
+    return max(recording_mtu, min(validate_mtu(value, "replay channel mtu"), largest))
+
+
 def add_session_id(channel: str, session_id: int) -> str:
     return str(ChannelUri.parse(channel).with_params(session_id=session_id))
 

@@ -44,6 +44,8 @@ class AeronArchiveDataSource(DataSource):
       `aeron:udp?endpoint=localhost:0`, 20
     - `replayChannel`, `replayStreamId` (reads): where executors receive replays; default
       `aeron:udp?endpoint=localhost:0` (`aeron:ipc` with an IPC `controlChannel`), 24295
+    - `replayMtu` (reads): the datagram size replays over UDP are asked for, several recorded frames per datagram
+      (our archive's extension; Java's replays at the recording's MTU); `recording` turns it off; default 8192
     - `messageTimeout`: how long the archive may take to answer; default 10s
     - `archiveSecret`: the secret of an archive served with one: the read-only secret reads, writes need the read-write
       one

@@ -15,6 +15,7 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 
+from aeron_archive_spark.archive.channel import ChannelUri, validate_mtu
 from aeron_archive_spark.archive.constants import (
     CONTROL_CHANNEL_DEFAULT,
     CONTROL_RESPONSE_CHANNEL_DEFAULT,
@@ -32,6 +33,24 @@ def default_replay_channel(control_channel: str) -> str:
     """The replay channel when none is given: IPC for an archive reached over IPC (the same media driver), else a
     UDP endpoint on an ephemeral port (`REPLAY_CHANNEL_DEFAULT`, localized for remote archives)."""
     return REPLAY_CHANNEL_DEFAULT_IPC if control_channel.strip().startswith("aeron:ipc") else REPLAY_CHANNEL_DEFAULT
+
+
+# The MTU a read asks an archive to replay with over UDP (option `replayMtu`): frames recorded at Aeron's default
+# 1408 then cross the network several to a datagram. Our archive honours it (`channel.replay_mtu_length`); Java's
+# replays at the recording's MTU whatever the channel says, so asking is harmless there.
+REPLAY_MTU_DEFAULT = 8192
+
+
+def with_replay_mtu(replay_channel: str, mtu: int | None) -> str:
+    """The replay channel asking for replays of `mtu` bytes per datagram: `mtu=N` added to a UDP channel that
+    names no MTU of its own (a channel's own `mtu` is kept). IPC replays are left alone: an IPC image has no
+    datagrams to save, and `mtu` would only raise its publication's largest message. None: the recording's MTU."""
+    if mtu is None:
+        return replay_channel
+    uri = ChannelUri.parse(replay_channel)
+    if not uri.is_udp or uri.get("mtu") is not None:
+        return replay_channel
+    return str(uri.with_params(mtu=validate_mtu(mtu, "replayMtu")))
 
 
 REPLAY_STREAM_ID_DEFAULT = 0x5EE7

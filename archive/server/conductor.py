@@ -23,9 +23,11 @@ from typing import TYPE_CHECKING, TypedDict
 
 from aeron_archive_spark.archive import recording_pos
 from aeron_archive_spark.archive.channel import (
+    ChannelError,
     ChannelUri,
     initial_position_params,
     recording_subscription_key,
+    replay_mtu_length,
     spy_channel,
     strip_channel,
     udp_endpoint_host,
@@ -1276,7 +1278,8 @@ class ArchiveConductor(Agent):
             return None
 
     def _replay_channel(self, replay_channel: str, position: int, d: RecordingDescriptor, length: int) -> str:
-        """The replay publication's channel: the recording's initial position, term length and MTU, as Java's.
+        """The replay publication's channel: the recording's initial position, term length and MTU, as Java's; a
+        larger MTU where the replay channel asks for one (`channel.replay_mtu_length`, our extension).
 
         `sparse`: a replay that will fill its whole log buffer (three terms) gets a non-sparse one, which is what a
         replay through Java's archive gets from its media driver's default (the C driver's default is sparse). The
@@ -1293,7 +1296,10 @@ class ArchiveConductor(Agent):
             k.replace("-", "_"): v
             for k, v in initial_position_params(position, d.initial_term_id, d.term_buffer_length).items()
         }
-        params["mtu"] = d.mtu_length
+        try:
+            params["mtu"] = replay_mtu_length(replay_channel, d.mtu_length, d.term_buffer_length)
+        except ChannelError as ex:
+            raise ArchiveError(f"{ex} for recordingId={d.recording_id}", ErrorCode.GENERIC) from None
         params["linger"] = requested.get("linger") or f"{self.ctx.replay_linger_timeout_ns}ns"
         for key in ("eos", "sparse"):
             if requested.get(key) is not None:

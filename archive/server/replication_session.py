@@ -619,7 +619,9 @@ class ReplicationSession:
     def _replay_channel(self, resolved: str | None) -> str:
         """The replay channel the source sends to: the replication channel with the port the destination's
         subscription bound (`resolved`, `host:port`) in place of a wildcard one, the replay's session id, and for a
-        live merge no linger and no end of stream."""
+        live merge no linger and no end of stream. Never an `mtu`: an archive of ours would honour it (a larger
+        replay MTU, `channel.replay_mtu_length`), and the replica, which records the replay's image, would then
+        describe itself with the replay's MTU instead of its source's."""
         uri = self._replication_uri
         if resolved is not None and uri.get("endpoint") is not None:
             uri = uri.with_endpoint_wildcard_port_replaced(resolved)
@@ -629,6 +631,7 @@ class ReplicationSession:
             if self.is_response_channel and self.subscription is not None
             else {"session_id": self.replay_session_id}
         )
+        params["mtu"] = None
         if self.live_destination is not None:
             params.update(linger=0, eos="false")
         return str(uri.with_params(**params))

@@ -16,12 +16,15 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from aeron_archive_spark.archive.channel import ChannelError, validate_mtu
 from aeron_archive_spark.archive.client.connection import (
     MESSAGE_TIMEOUT_MS_DEFAULT,
     REPLAY_CHANNEL_DEFAULT,
+    REPLAY_MTU_DEFAULT,
     REPLAY_STREAM_ID_DEFAULT,
     ConnectionOptions,
     default_replay_channel,
+    with_replay_mtu,
 )
 from aeron_archive_spark.archive.constants import (
     CONTROL_CHANNEL_DEFAULT,
@@ -39,6 +42,7 @@ from aeron_archive_spark.archive.tables.option_table import (
     int_parser,
     parse_duration_ms,
     parse_id_list,
+    parse_int,
     parse_int32,
     parse_options,
     parse_string,
@@ -51,6 +55,17 @@ def _parse_secret(name: str, raw: str) -> str:
     if not raw:
         raise OptionError(f"option {name}: the secret is empty")
     return raw
+
+
+def _parse_replay_mtu(name: str, raw: str) -> int | None:
+    """Bytes per replay datagram, or None for 'recording' (the recording's own MTU, as Java's archive replays)."""
+    if raw.strip().lower() == "recording":
+        return None
+    value = parse_int(name, raw)
+    try:
+        return validate_mtu(value, name)
+    except ChannelError as ex:
+        raise OptionError(f"option {ex}") from None
 
 
 def _parse_channel_list(name: str, raw: str) -> tuple[str, ...]:
@@ -129,6 +144,15 @@ RECORDING_OPTIONS = OptionTable(
             Mode.READ,
             "channel executors receive bounded replays on (port 0: any free port); default aeron:ipc when "
             "controlChannel is IPC (the archive shares the media driver)",
+        ),
+        OptionSpec(
+            "replayMtu",
+            _parse_replay_mtu,
+            REPLAY_MTU_DEFAULT,
+            Mode.READ,
+            "datagram size replays over UDP are asked for (a multiple of 32, at most 65504): several recorded "
+            "frames per datagram, the frames themselves unchanged; 'recording' keeps the recording's MTU. Our "
+            "archive honours it, Java's replays at the recording's MTU; an mtu in replayChannel takes precedence",
         ),
         OptionSpec(
             "replayStreamId",
@@ -214,10 +238,13 @@ def connection_from_parsed(parsed: ParsedOptions) -> ConnectionOptions:
         control_stream_id=parsed.get("controlStreamId", CONTROL_STREAM_ID_DEFAULT),
         control_response_channel=parsed.get("controlResponseChannel", CONTROL_RESPONSE_CHANNEL_DEFAULT),
         control_response_stream_id=parsed.get("controlResponseStreamId", CONTROL_RESPONSE_STREAM_ID_DEFAULT),
-        replay_channel=(
-            parsed["replayChannel"]
-            if parsed.is_set("replayChannel")
-            else default_replay_channel(parsed.get("controlChannel", CONTROL_CHANNEL_DEFAULT))
+        replay_channel=with_replay_mtu(
+            (
+                parsed["replayChannel"]
+                if parsed.is_set("replayChannel")
+                else default_replay_channel(parsed.get("controlChannel", CONTROL_CHANNEL_DEFAULT))
+            ),
+            parsed.get("replayMtu", REPLAY_MTU_DEFAULT),
         ),
         replay_stream_id=parsed.get("replayStreamId", REPLAY_STREAM_ID_DEFAULT),
         message_timeout_ms=parsed.get("messageTimeout", MESSAGE_TIMEOUT_MS_DEFAULT),
@@ -236,6 +263,7 @@ _CONNECTION_OPTIONS = (
     "controlResponseChannel",
     "controlResponseStreamId",
     "replayChannel",
+    "replayMtu",
     "replayStreamId",
 )
 
@@ -343,7 +371,11 @@ def _replicas(parsed: ParsedOptions) -> ArchiveReplicas:
     base = connection_from_parsed(parsed)
     archives = []
     for channel in parsed["controlChannels"]:
-        replay = base.replay_channel if parsed.is_set("replayChannel") else default_replay_channel(channel)
+        replay = (
+            base.replay_channel
+            if parsed.is_set("replayChannel")
+            else with_replay_mtu(default_replay_channel(channel), parsed.get("replayMtu", REPLAY_MTU_DEFAULT))
+        )
         archives.append(RunningArchive(replace(base, control_channel=channel, replay_channel=replay)))
     return ArchiveReplicas(tuple(archives))
 

@@ -52,7 +52,7 @@ def test_running_archive_location_defaults():
     assert isinstance(c, ConnectionOptions)
     assert (c.control_channel, c.control_stream_id, c.replay_stream_id) == (
         "aeron:udp?endpoint=localhost:8010", 11, 0x5EE7)
-    assert c.replay_channel == "aeron:udp?endpoint=localhost:0"
+    assert c.replay_channel == "aeron:udp?endpoint=localhost:0|mtu=8192"
 
 
 def connection_of(raw: dict[str, str]) -> ConnectionOptions:
@@ -68,9 +68,26 @@ def test_an_archive_reached_over_ipc_replays_over_ipc_unless_told_otherwise():
     c = connection_of({"recordingid": "1", "controlchannel": "aeron:ipc?term-length=64k"})
     assert c.replay_channel == "aeron:ipc"
     c = connection_of({"recordingid": "1", "controlchannel": "aeron:ipc", "replaychannel": "aeron:udp?endpoint=localhost:0"})
-    assert c.replay_channel == "aeron:udp?endpoint=localhost:0"
+    assert c.replay_channel == "aeron:udp?endpoint=localhost:0|mtu=8192"
     c = connection_of({"recordingid": "1", "controlchannel": "aeron:udp?endpoint=archive:8010"})
-    assert c.replay_channel == "aeron:udp?endpoint=localhost:0"
+    assert c.replay_channel == "aeron:udp?endpoint=localhost:0|mtu=8192"
+
+
+def test_replays_over_udp_ask_for_the_replay_mtu_unless_told_otherwise():
+    udp = {"recordingid": "1", "controlchannel": "aeron:udp?endpoint=archive:8010"}
+    assert connection_of({**udp, "replayMtu": "16384"}).replay_channel == "aeron:udp?endpoint=localhost:0|mtu=16384"
+    assert connection_of({**udp, "replayMtu": "Recording"}).replay_channel == "aeron:udp?endpoint=localhost:0"
+    own = {**udp, "replayChannel": "aeron:udp?endpoint=0.0.0.0:0|mtu=4096"}
+    assert connection_of({**own, "replayMtu": "16384"}).replay_channel == "aeron:udp?endpoint=0.0.0.0:0|mtu=4096"
+    assert connection_of({"recordingid": "1", "controlchannel": "aeron:ipc", "replayMtu": "16384"}).replay_channel == (
+        "aeron:ipc")
+    for bad in ("1000", "65536", "32", "big"):
+        with pytest.raises(OptionError, match="replayMtu"):
+            connection_of({**udp, "replayMtu": bad})
+    replicas = SourceOptions.parse({"recordingid": "1", "controlChannels": "aeron:udp?endpoint=a:8010;aeron:ipc",
+                                    "replayMtu": "16384"}).location
+    assert [a.connection.replay_channel for a in replicas.archives] == [
+        "aeron:udp?endpoint=localhost:0|mtu=16384", "aeron:ipc"]
 
 
 def test_position_specs():
