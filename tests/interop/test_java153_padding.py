@@ -48,6 +48,7 @@ from interop.java153env import (
 )
 
 TERM_LENGTH = 64 * 1024
+LARGER_REPLAY_MTU = 8192  # asked for in a replay channel (our archive's extension; at most a quarter of the term)
 SEGMENT_LENGTH = 128 * 1024
 MTU = 1408
 HEADER_LENGTH = 32
@@ -290,7 +291,8 @@ def java_reference(env: Java153Env, the_plan: Plan, tmp_path_factory: pytest.Tem
         published = publish(env, archive.aeron_dir, archive.control_channel, script, free_udp_port())
         ids = [published["ipc"]["recordingId"], published["udp"]["recordingId"]]
         replays: dict[tuple[str, str], dict[str, Any]] = {}
-        for kind, channel in (("ipc", "aeron:ipc"), ("udp", udp(free_udp_port()))):
+        for kind, channel in (("ipc", "aeron:ipc"), ("udp", udp(free_udp_port())),
+                              ("udp-mtu", f"{udp(free_udp_port())}|mtu={LARGER_REPLAY_MTU}")):
             ipc, over_udp = java_dump(env, archive.aeron_dir, archive.control_channel, channel, *ids)
             replays["ipc", kind], replays["udp", kind] = ipc, over_udp
     except BaseException:
@@ -429,6 +431,25 @@ def test_our_replay_of_the_java_recording_equals_javas(env: Java153Env, java_ref
     assert_replay_matches(ours, frames_of(reference), the_plan.stop_position,
                           f"our replay of Java's {kind} recording over {replay}")
     assert headers_of(ours) == headers_of(reference)
+
+
+def test_a_larger_replay_mtu_asked_for_by_the_java_client(env: Java153Env, java_reference: JavaReference,
+                                                         ours_on_java_copy: OurArchive, the_plan: Plan) -> None:
+    """The Java 1.53 client asks for `mtu=8192` in its replay channel: Java's archive ignores it (the recording's
+    MTU), ours honours it (our extension); the frames the client receives are the same, PADs and reserved values
+    included, as Java's replay of Java's recording."""
+    java_replay = java_reference.replays["udp", "udp-mtu"]
+    assert java_replay["imageMtuLength"] == 1408
+    assert_replay_matches(java_replay, the_plan.frames, the_plan.stop_position, "Java's replay asked for mtu=8192")
+    for kind in ("ipc", "udp"):
+        channel = f"{udp(free_udp_port())}|mtu={LARGER_REPLAY_MTU}"
+        [ours] = java_dump(env, ours_on_java_copy.aeron_dir, ours_on_java_copy.control_channel, channel,
+                           java_reference.published[kind]["recordingId"])
+        assert ours["imageMtuLength"] == LARGER_REPLAY_MTU
+        reference = java_reference.replays[kind, "udp"]
+        assert_replay_matches(ours, frames_of(reference), the_plan.stop_position,
+                              f"our replay of Java's {kind} recording at mtu={LARGER_REPLAY_MTU}")
+        assert headers_of(ours) == headers_of(reference)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

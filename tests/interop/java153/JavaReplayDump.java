@@ -122,6 +122,7 @@ public final class JavaReplayDump
                 Thread.yield();
             }
             final Image image = subscription.imageAtIndex(0);
+            json.append(",\"imageMtuLength\":").append(image.mtuLength());
             final int shift = LogBufferDescriptor.positionBitsToShift(image.termBufferLength());
             final MessageDigest sha = MessageDigest.getInstance("SHA-256");
             final List<String> frames = new ArrayList<>();
