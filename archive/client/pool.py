@@ -67,6 +67,7 @@ from types import TracebackType
 from aeron_archive_spark.archive.client.aeron_archive import AeronArchive, RecordingSignalEvent
 from aeron_archive_spark.archive.client.connection import ConnectionOptions, default_aeron_dir
 from aeron_archive_spark.archive.client.host import driver_active, localize_channel
+from aeron_archive_spark.archive.client.response_replay import is_response_channel
 from aeron_archive_spark.archive.native import (
     AeronClient,
     EmbeddedMediaDriver,
@@ -429,7 +430,7 @@ class ConnectionPool:
                 credentials=options.encoded_credentials or None,
             )
         except Exception as ex:
-            raise ArchiveConnectError(options, ex) from ex
+            raise ArchiveConnectError(options, _with_response_hint(ex, key.control_response_channel)) from ex
         log.debug("archive session %d opened for %s on %s", archive.control_session_id, purpose, key)
         with self._lock:
             self._leased[id(archive)] = archive
@@ -554,6 +555,18 @@ class ConnectionPool:
 
 
 # -- helpers ------------------------------------------------------------------------------------------------------
+
+
+def _with_response_hint(ex: Exception, response_channel: str) -> Exception | str:
+    """A failed connect over a response channel (option responseChannels) says what that needs: an archive that
+    answers on one (ours; Java's from 1.46, older ones never answer) and its `control` port reachable."""
+    if not is_response_channel(response_channel):
+        return ex
+    return (
+        f"{ex} (the archive answers over the response channel {response_channel} (option responseChannels): it "
+        "needs an archive with response channels (ours; Java's from 1.46), free to bind that control address on "
+        "its host, and that port reachable from this host)"
+    )
 
 
 def _usable(archive: AeronArchive) -> bool:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING
 
-from aeron_archive_spark.archive.channel import ChannelError, ChannelUri
+from aeron_archive_spark.archive.channel import ChannelError, ChannelUri, udp_endpoint
 from aeron_archive_spark.archive.client.archive_proxy import ArchiveProxy
 from aeron_archive_spark.archive.native import NativeAeronError
 
@@ -41,6 +41,35 @@ def is_response_channel(channel: str) -> bool:
         return ChannelUri.parse(channel).get("control-mode") == "response"
     except ChannelError:
         return False
+
+
+def response_channel_toward(control_channel: str, port: int | None = None) -> str:
+    """The response channel a client on any host uses toward the archive at `control_channel` (a UDP endpoint):
+    `aeron:udp?control-mode=response|control=<the archive's host>:<port>`, `port` defaulting to the control
+    port + 1.
+
+    Why the archive's host: in a response channel, as in a dynamic multi-destination one, `control` is where the
+    *publisher* listens. The archive's response and replay publications bind it (one socket for all of them, as
+    they share its canonical form); the client's subscription binds an ephemeral port of its own and sends its
+    status messages there first, so everything the archive sends back answers traffic the client started, and no
+    port of the client's host has to be reachable (a `ct state new` firewall lets it through). The port must be
+    free on the archive's host and reachable from the clients, as the control port is. Raises `ValueError` for a
+    control channel with no UDP endpoint (IPC: the archive shares this host's media driver, no port is involved).
+    """
+    endpoint = udp_endpoint(control_channel)
+    if endpoint is None:
+        raise ValueError(
+            f"response channels need a UDP control channel with an endpoint (host:port), not {control_channel}"
+        )
+    host, control_port = endpoint
+    if port is None:
+        try:
+            port = int(control_port) + 1
+        except ValueError:
+            raise ValueError(f"the control channel's port is not a number: {control_channel}") from None
+    if not 0 < port < 65536:
+        raise ValueError(f"response control port {port} is not a UDP port (1 to 65535)")
+    return f"aeron:udp?control-mode=response|control={host}:{port}"
 
 
 def replay_request_channel(control_request_channel: str, response_subscription_id: int) -> str:

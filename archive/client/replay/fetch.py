@@ -52,7 +52,10 @@ from aeron_archive_spark.archive.client.host import localize_channel
 from aeron_archive_spark.archive.client.pool import ArchiveConnectError, ArchiveLease, ConnectionPool
 from aeron_archive_spark.archive.client.replay.responses import ControlResponses
 from aeron_archive_spark.archive.client.replay.span import ReplaySpan, has_wildcard_port
+from aeron_archive_spark.archive.client.replay.via_response import ResponseChannelReplay
+from aeron_archive_spark.archive.client.response_replay import is_response_channel
 from aeron_archive_spark.archive.exceptions import ArchiveError
+from aeron_archive_spark.archive.native import NativeAeronError
 from aeron_archive_spark.archive.storage.frames import (
     HDR_TYPE_PAD,
     HEADER_LENGTH,
@@ -134,6 +137,10 @@ class ReplayFetch:
         self.correlation_id: int | None = None  # of the active replay's request (its failures carry it)
         self.replay_active = False
         self.ahead_taken = False  # the read-ahead's replay is the first one only
+        # Over a response channel (`responseChannels`) each replay gets a subscription of its own, asked for as
+        # `via_response` does; `_response` is the set-up of the current one until its image came.
+        self.response_mode = is_response_channel(self.channel)
+        self._response: ResponseChannelReplay | None = None
         self.position = self.start  # next byte expected
         self._next_control_poll = 0.0
 
@@ -201,7 +208,9 @@ class ReplayFetch:
         subscribed: Subscription | None = None
         try:
             taken = ahead.take(self.span, position, length, self.timeout_s) if ahead is not None else None
-            if taken is None:
+            if taken is None and self.response_mode:
+                self.replay_session_id, self.correlation_id, subscribed = self._replay_via_response(position, length)
+            elif taken is None:
                 self.replay_session_id, self.correlation_id = responses.replay(
                     self.recording_id, position, length, self.request_channel, self.stream_id, self.timeout_s
                 )
@@ -223,7 +232,11 @@ class ReplayFetch:
         waits = 0
         while True:
             image = self.subscription.image_by_session_id(session_id)
+            self._advance_ahead()  # replays asked for ahead go on with their set-up meanwhile
             if image is not None:
+                if self._response is not None:  # its image came: the request publication can go
+                    self._response.close()
+                    self._response = None
                 log.debug(
                     "replay %d of recording %d connected: [%d, %d) on %s",
                     self.replay_session_id,
@@ -243,6 +256,36 @@ class ReplayFetch:
             waits += 1
             time.sleep(IDLE_SLEEP_S if waits < IMAGE_WAIT_SHORT_SLEEPS else IMAGE_WAIT_SLEEP_S)
 
+    def _replay_via_response(self, position: int, length: int) -> tuple[int, int, Subscription]:
+        """A replay over a response channel (`via_response`), driven until the archive accepted it:
+        `(replay_session_id, correlation_id, its subscription)`, the replay watched. A refusal raises
+        `ArchiveError`; no answer within the timeout `ReplayFetchError`."""
+        responses = self.responses
+        assert responses is not None
+        setup = self._response = ResponseChannelReplay(
+            responses, self.recording_id, position, length, self.request_channel, self.stream_id
+        )
+        deadline = time.monotonic() + self.timeout_s
+        waits = 0
+        try:
+            while (replay_session_id := setup.poll()) is None:
+                if time.monotonic() > deadline:
+                    raise ReplayFetchError(
+                        f"no answer to a replay over a response channel within {self.timeout_s:.1f}s for "
+                        f"{self.where(position)}: the archive may not support response channels (Java's before "
+                        "1.46 do not), or its response control port may be unreachable (option responseChannels)"
+                    )
+                waits += 1
+                time.sleep(0 if waits <= IDLE_SPINS else IDLE_SLEEP_S)
+        except NativeAeronError as ex:
+            raise ReplayFetchError(
+                f"the media driver refused a replay's response channel {self.request_channel} for "
+                f"{self.where(position)}: {ex}"
+            ) from ex
+        assert setup.correlation_id is not None
+        responses.watch(setup.correlation_id)
+        return replay_session_id, setup.correlation_id, setup.take_subscription()
+
     def _poll_control(self, force: bool) -> None:
         """Drain the control session (pings, signals, answers to replays asked for ahead); a failure of this
         read's replay raises."""
@@ -253,6 +296,17 @@ class ReplayFetch:
         assert self.responses is not None
         try:
             self.responses.poll()
+        except ArchiveError as ex:
+            raise ReplayFetchError(f"the archive failed or went away during the replay of {self.where()}: {ex}") from ex
+        self._advance_ahead()
+
+    def _advance_ahead(self) -> None:
+        """Let the replays asked for ahead go on with their set-up (over response channels they need the reader to
+        send their requests); a failure of this read's replay reported meanwhile raises."""
+        if self.ahead is None:
+            return
+        try:
+            self.ahead.advance()
         except ArchiveError as ex:
             raise ReplayFetchError(f"the archive failed or went away during the replay of {self.where()}: {ex}") from ex
 
@@ -272,6 +326,9 @@ class ReplayFetch:
         responses, self.responses = self.responses, None
         lease, self.lease = self.lease, None
         evict = failed
+        setup, self._response = self._response, None
+        if setup is not None:
+            setup.close()
         try:
             if responses is not None and self.replay_active and self.replay_session_id is not None:
                 try:

@@ -60,6 +60,8 @@ from aeron_archive_spark.archive.client.replay.responses import (
     ControlResponses,
 )
 from aeron_archive_spark.archive.client.replay.span import ReplaySpan, has_wildcard_port
+from aeron_archive_spark.archive.client.replay.via_response import ResponseChannelReplay
+from aeron_archive_spark.archive.client.response_replay import is_response_channel
 from aeron_archive_spark.archive.exceptions import ArchiveError, ErrorCode
 from aeron_archive_spark.archive.native import NativeAeronError
 from aeron_archive_spark.archive.storage.frames import to_int32
@@ -72,6 +74,10 @@ log = logging.getLogger(__name__)
 
 # At most this many replays asked for ahead of the one being read.
 READ_AHEAD_REPLAYS = 8
+# ... over response channels, where each replay's image comes ~100 ms after it was asked for (the response
+# publication's setup, see `via_response`): enough in flight to hide that behind the reads of the spans before it,
+# within the archive's default concurrent replay limit (20; refusals halve it, as for any reader).
+RESPONSE_READ_AHEAD_REPLAYS = 16
 # A span is read ahead only if its first replay is at most this long: small ranges, whose set-up outweighs them.
 READ_AHEAD_MAX_BYTES = 1024 * 1024
 # At most this much log buffer (3 terms per replay, counted once) in flight for replays asked for ahead.
@@ -106,6 +112,9 @@ class _Requested:
     subscribing: PendingSubscription | None = None  # no shared subscription: its own, being added
     subscribed: Subscription | None = None  # ... and once added
     sent_at: float = 0.0  # time.monotonic() when asked for
+    # Over a response channel: its set-up (token, subscription, request publication); `correlation_id` is -1 until
+    # its replay request was sent.
+    response: ResponseChannelReplay | None = None
 
 
 class ReplayReadAhead:
@@ -115,23 +124,27 @@ class ReplayReadAhead:
         self,
         spans: Sequence[ReplaySpan],
         pool: ConnectionPool,
-        max_replays: int = READ_AHEAD_REPLAYS,
+        max_replays: int | None = None,
         max_log_bytes: int = READ_AHEAD_LOG_BYTES,
     ) -> None:
         """`spans`: the partition's spans in reading order; those not read ahead (large, or of another archive
-        than the first small one) are left to the caller."""
+        than the first small one) are left to the caller. `max_replays`: how many ahead at most (default
+        `READ_AHEAD_REPLAYS`, over response channels `RESPONSE_READ_AHEAD_REPLAYS`)."""
         self._pending: deque[ReplaySpan] = deque(s for s in spans if self.covers(s))
         self.connection: ConnectionOptions | None = self._pending[0].connection if self._pending else None
         self._pending = deque(s for s in self._pending if s.connection == self.connection)
         self._held = {id(s) for s in self._pending}  # spans not yet handed out (by identity: spans may be equal)
         self._pool = pool
-        self._max_replays = max(1, max_replays)
+        self._max_replays = max(1, max_replays if max_replays is not None else READ_AHEAD_REPLAYS)
+        self._max_replays_given = max_replays is not None
         self._window_cap = self._max_replays
         self._taken_since_back_off = 0
         self._max_log_bytes = max_log_bytes
         self._in_flight: deque[_Requested] = deque()
         self._abandoned: list[PendingSubscription] = []  # subscriptions to close when their add completes
         self.shared_subscription = False  # one subscription for every replay (see the module docstring)
+        self.response_mode = False  # replays over a response channel, each set up by a `ResponseChannelReplay`
+        self._closing: list[ResponseChannelReplay] = []  # taken: their request publications close once connected
         self._lease: ArchiveLease | None = None
         self.responses: ControlResponses | None = None
         self.subscription: Subscription | None = None
@@ -172,6 +185,12 @@ class ReplayReadAhead:
         self.channel = localize_channel(connection.replay_channel, connection.control_channel)
         self.stream_id = connection.replay_stream_id
         self.request_channel = self.channel
+        if is_response_channel(self.channel):
+            # Every replay on a subscription of its own, bound to it by the archive's response setup.
+            self.response_mode = True
+            if not self._max_replays_given:
+                self._max_replays = self._window_cap = RESPONSE_READ_AHEAD_REPLAYS
+            return responses
         if ChannelUri.parse(self.channel).is_ipc and self.stream_id == REPLAY_STREAM_ID_DEFAULT:
             self.stream_id = private_replay_stream_id()
             self.shared_subscription = True
@@ -238,6 +257,10 @@ class ReplayReadAhead:
             return None
         self._grow()
         self._subscribe_answered()
+        if requested.response is not None:
+            own = requested.response.take_subscription()
+            self._closing.append(requested.response)
+            return replay_session_id, requested.correlation_id, own
         if self.shared_subscription:
             return replay_session_id, requested.correlation_id, None
         if requested.subscribed is None and time.monotonic() - requested.sent_at > UNSUBSCRIBED_STALE_S:
@@ -263,6 +286,12 @@ class ReplayReadAhead:
     def _subscribe_answered(self) -> None:
         """No shared subscription: collect the answers that came for the replays in flight and start adding each
         one's own subscription, so it is there (and the replay under way) when its turn comes."""
+        if self.responses is not None and self.response_mode:
+            for requested in self._in_flight:
+                if requested.replay_session_id is None:
+                    self._collect_answer(requested)
+            self._closing = [setup for setup in self._closing if not setup.close_request_if_connected()]
+            return
         if self.shared_subscription or self.responses is None:
             return
         for requested in self._in_flight:
@@ -278,6 +307,14 @@ class ReplayReadAhead:
                     requested.subscribing = None
         for pending in list(self._abandoned):
             self._settle(pending)
+
+    def advance(self) -> None:
+        """Over response channels, go on with the set-up of the replays in flight (each needs its request sent
+        once its token and request publication are there) and close the request publications whose replays
+        connected: the reader calls this while it waits and reads, so their ~100 ms set-up overlaps its work.
+        Otherwise nothing (the archive sets those replays up by itself)."""
+        if self.response_mode:
+            self._subscribe_answered()
 
     def _start_subscribing(self, requested: _Requested) -> None:
         if requested.subscribing is not None or self.shared_subscription or self.responses is None:
@@ -366,6 +403,11 @@ class ReplayReadAhead:
     def _send(self, span: ReplaySpan) -> _Requested:
         assert self.responses is not None
         length = span.first_replay_limit() - span.start
+        if self.response_mode:
+            setup = ResponseChannelReplay(
+                self.responses, span.recording_id, span.start, length, self.request_channel, self.stream_id
+            )
+            return _Requested(span, length, -1, sent_at=time.monotonic(), response=setup)
         correlation_id = self.responses.send_replay(
             span.recording_id, span.start, length, self.request_channel, self.stream_id
         )
@@ -375,6 +417,8 @@ class ReplayReadAhead:
         """File the answer to `requested` if it came (one poll) and return it: its replay session id, or -1 if
         refused; None while unanswered."""
         assert self.responses is not None
+        if requested.response is not None:
+            return self._collect_response_answer(requested, requested.response)
         try:
             requested.replay_session_id = self.responses.answer(requested.correlation_id)
         except ArchiveError as ex:
@@ -383,6 +427,26 @@ class ReplayReadAhead:
                 "replay of recording %d asked for ahead was refused (%s); asking again", requested.span.recording_id, ex
             )
             requested.replay_session_id = -1
+        return requested.replay_session_id
+
+    def _collect_response_answer(self, requested: _Requested, setup: ResponseChannelReplay) -> int | None:
+        """`_collect_answer` over a response channel: the set-up goes on as far as it can."""
+        try:
+            answer = setup.poll()
+        except (ArchiveError, NativeAeronError) as ex:
+            requested.refused_for_limit = isinstance(ex, ArchiveError) and ex.error_code == ErrorCode.MAX_REPLAYS
+            log.debug(
+                "replay of recording %d asked for ahead over a response channel failed (%s); asking again",
+                requested.span.recording_id,
+                ex,
+            )
+            setup.close()
+            requested.replay_session_id = -1
+            return -1
+        if answer is not None:
+            assert setup.correlation_id is not None
+            requested.correlation_id = setup.correlation_id
+            requested.replay_session_id = answer
         return requested.replay_session_id
 
     def _await_answer(self, requested: _Requested, timeout_s: float) -> int | None:
@@ -397,7 +461,10 @@ class ReplayReadAhead:
                 break
             if time.monotonic() > deadline:
                 assert self.responses is not None
-                self.responses.release(requested.correlation_id)
+                if requested.response is not None:
+                    requested.response.close()
+                else:
+                    self.responses.release(requested.correlation_id)
                 self._failed = True  # an answer may still come and start a replay nobody reads: end the session
                 return None
             polls += 1
@@ -412,8 +479,12 @@ class ReplayReadAhead:
             self._abandon(requested.subscribing)
             requested.subscribing = None
         if self.responses is None:
+            if requested.response is not None:
+                requested.response.close()
             return
         replay_session_id = None if failed else self._await_answer(requested, self._timeout_s)
+        if requested.response is not None:
+            requested.response.close()  # its subscription, publication and filed answers
         self.responses.release(requested.correlation_id)  # stopped on purpose: whatever else comes is dropped
         if replay_session_id is None or replay_session_id < 0:
             return
@@ -444,7 +515,12 @@ class ReplayReadAhead:
             for requested in self._in_flight:
                 if requested.subscribing is not None:
                     self._abandon(requested.subscribing)
+                if requested.response is not None:
+                    requested.response.close()
             self._in_flight.clear()
+            for setup in self._closing:
+                setup.close()
+            self._closing.clear()
             deadline = time.monotonic() + 1.0  # the driver answers adds within a millisecond or so
             while self._abandoned and time.monotonic() < deadline:
                 for pending in list(self._abandoned):

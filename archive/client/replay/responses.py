@@ -30,11 +30,12 @@ from aeron_archive_spark.archive.client.aeron_archive import replay_request
 from aeron_archive_spark.archive.codecs import Message
 from aeron_archive_spark.archive.codecs import messages as m
 from aeron_archive_spark.archive.codecs import templates as t
-from aeron_archive_spark.archive.constants import ControlResponseCode
+from aeron_archive_spark.archive.constants import NULL_VALUE, ControlResponseCode
 from aeron_archive_spark.archive.exceptions import ArchiveError, ArchiveTimeoutError, ErrorCode
 
 if TYPE_CHECKING:
     from aeron_archive_spark.archive.client.aeron_archive import AeronArchive, RequestIds
+    from aeron_archive_spark.archive.client.archive_proxy import ArchiveProxy
 
 log = logging.getLogger(__name__)
 
@@ -62,23 +63,41 @@ class ControlResponses:
 
     # ---- sending ----------------------------------------------------------------------------------------------
 
-    def send(self, build: Callable[[RequestIds], Message]) -> int:
+    def send(self, build: Callable[[RequestIds], Message], via: ArchiveProxy | None = None) -> int:
         """Send the request `build` makes of the session's ids without waiting; returns its correlation id, under
-        which its answer is filed (`answer`, `await_answer`) until it is released."""
+        which its answer is filed (`answer`, `await_answer`) until it is released. `via`: a publication of its own
+        to send it on (a replay over a response channel); the answer still comes on this session."""
         request: list[Message] = []
 
         def keep(ids: RequestIds) -> Message:
             request.append(build(ids))
             return request[0]
 
-        correlation_id = self.archive.send(keep)
+        correlation_id = self.archive.send(keep, via)
         self._filed[correlation_id] = _Filed(request[0].name)
         return correlation_id
 
-    def send_replay(self, recording_id: int, position: int, length: int, channel: str, stream_id: int) -> int:
+    def send_replay(
+        self,
+        recording_id: int,
+        position: int,
+        length: int,
+        channel: str,
+        stream_id: int,
+        token: int = NULL_VALUE,
+        via: ArchiveProxy | None = None,
+    ) -> int:
         """Ask for a replay of `[position, position + length)` on (channel, stream_id); returns the correlation id
-        its answer (`answer`, `await_answer`) and any later failure carry."""
-        return self.send(lambda ids: replay_request(ids, recording_id, position, length, channel, stream_id, -1))
+        its answer (`answer`, `await_answer`) and any later failure carry. Over a response channel, with a replay
+        `token` and `via` the request publication that names the replay's subscription (`via_response`)."""
+        return self.send(
+            lambda ids: replay_request(ids, recording_id, position, length, channel, stream_id, -1, token), via
+        )
+
+    def send_replay_token(self, recording_id: int) -> int:
+        """Ask for a replay token of `recording_id` (what a replay over a response channel is asked for with); the
+        token is the answer's relevant id."""
+        return self.send(lambda ids: m.ReplayTokenRequest.of(**ids, recording_id=recording_id))
 
     def replay(
         self, recording_id: int, position: int, length: int, channel: str, stream_id: int, timeout_s: float
