@@ -46,6 +46,10 @@ class AeronArchiveDataSource(DataSource):
       `aeron:udp?endpoint=localhost:0` (`aeron:ipc` with an IPC `controlChannel`), 24295
     - `replayMtu` (reads): the datagram size replays over UDP are asked for, several recorded frames per datagram
       (our archive's extension; Java's replays at the recording's MTU); `recording` turns it off; default 8192
+    - `responseChannels` (reads): true: control responses and replays come back over response channels, on
+      connections the reading process opens, so executors and the driver need no inbound port; default false
+    - `responseControlPort` (reads): with responseChannels, the UDP port on the archive's host its response
+      publications bind (free there, reachable from every Spark host); default controlChannel's port + 1
     - `messageTimeout`: how long the archive may take to answer; default 10s
     - `archiveSecret`: the secret of an archive served with one: the read-only secret reads, writes need the read-write
       one

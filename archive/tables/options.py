@@ -26,6 +26,7 @@ from aeron_archive_spark.archive.client.connection import (
     default_replay_channel,
     with_replay_mtu,
 )
+from aeron_archive_spark.archive.client.response_replay import response_channel_toward
 from aeron_archive_spark.archive.constants import (
     CONTROL_CHANNEL_DEFAULT,
     CONTROL_RESPONSE_CHANNEL_DEFAULT,
@@ -40,6 +41,7 @@ from aeron_archive_spark.archive.tables.option_table import (
     ParsedOptions,
     choice_parser,
     int_parser,
+    parse_bool,
     parse_duration_ms,
     parse_id_list,
     parse_int,
@@ -163,6 +165,25 @@ RECORDING_OPTIONS = OptionTable(
             "recordings draws a stream id of its own)",
         ),
         OptionSpec(
+            "responseChannels",
+            parse_bool,
+            False,
+            Mode.READ,
+            "true: control responses and replays come back over response channels (control-mode=response), on "
+            "connections the reading process opens, so executors and the driver need no inbound port (the archive's "
+            "response control port must be reachable instead); needs a UDP controlChannel and an archive with "
+            "response channels (ours, Java's from 1.46)",
+        ),
+        OptionSpec(
+            "responseControlPort",
+            int_parser(1, 65535),
+            None,
+            Mode.READ,
+            "with responseChannels: the UDP port on the archive's host its response and replay publications bind "
+            "and the readers' status messages go to (must be free there and reachable from every Spark host)",
+            "controlChannel's port + 1",
+        ),
+        OptionSpec(
             "messageTimeout",
             parse_duration_ms,
             MESSAGE_TIMEOUT_MS_DEFAULT,
@@ -232,7 +253,7 @@ TIMESTAMP_FIELD_UNITS_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_00
 
 def connection_from_parsed(parsed: ParsedOptions) -> ConnectionOptions:
     """The connection options of a parse of rows of `RECORDING_OPTIONS` (defaults where not given)."""
-    return ConnectionOptions(
+    options = ConnectionOptions(
         aeron_dir=parsed.get("aeronDir"),
         control_channel=parsed.get("controlChannel", CONTROL_CHANNEL_DEFAULT),
         control_stream_id=parsed.get("controlStreamId", CONTROL_STREAM_ID_DEFAULT),
@@ -250,6 +271,33 @@ def connection_from_parsed(parsed: ParsedOptions) -> ConnectionOptions:
         message_timeout_ms=parsed.get("messageTimeout", MESSAGE_TIMEOUT_MS_DEFAULT),
         credentials=parsed.get("archiveSecret"),
     )
+    return _response_mode(parsed, options)
+
+
+def _response_mode(parsed: ParsedOptions, options: ConnectionOptions) -> ConnectionOptions:
+    """`options` with response channels toward its archive when `responseChannels` is true (else unchanged): the
+    control response channel and the replay channel both `control-mode=response|control=<archive host>:<port>`
+    (`client.response_replay.response_channel_toward`), so nothing is sent to a port of the reading host first."""
+    if not parsed.get("responseChannels", False):
+        if parsed.is_set("responseControlPort"):
+            raise OptionError("option responseControlPort only applies with responseChannels=true")
+        return options
+    for name in ("controlResponseChannel", "replayChannel"):
+        if parsed.is_set(name):
+            raise OptionError(
+                f"options responseChannels=true and {name} both choose the channel the archive answers on: "
+                f"responseChannels makes its own (control-mode=response toward the archive's host); remove {name}, "
+                "or give response channels yourself in controlResponseChannel and replayChannel without it"
+            )
+    try:
+        channel = response_channel_toward(options.control_channel, parsed.get("responseControlPort"))
+    except ValueError as ex:
+        raise OptionError(
+            f"option responseChannels=true cannot work with controlChannel={options.control_channel}: {ex} (over "
+            "IPC the archive shares this host's media driver and no port is involved: leave responseChannels off)"
+        ) from None
+    replay = with_replay_mtu(channel, parsed.get("replayMtu", REPLAY_MTU_DEFAULT))
+    return replace(options, control_response_channel=channel, replay_channel=replay)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -265,6 +313,8 @@ _CONNECTION_OPTIONS = (
     "replayChannel",
     "replayMtu",
     "replayStreamId",
+    "responseChannels",
+    "responseControlPort",
 )
 
 
@@ -376,7 +426,8 @@ def _replicas(parsed: ParsedOptions) -> ArchiveReplicas:
             if parsed.is_set("replayChannel")
             else with_replay_mtu(default_replay_channel(channel), parsed.get("replayMtu", REPLAY_MTU_DEFAULT))
         )
-        archives.append(RunningArchive(replace(base, control_channel=channel, replay_channel=replay)))
+        archive = replace(base, control_channel=channel, replay_channel=replay)
+        archives.append(RunningArchive(_response_mode(parsed, archive)))
     return ArchiveReplicas(tuple(archives))
 
 
