@@ -27,15 +27,18 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import socket
 import statistics
 import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from aeron_archive_spark.archive.channel import add_session_id
 from aeron_archive_spark.archive.client.connection import REPLAY_CHANNEL_DEFAULT, ConnectionOptions
+from aeron_archive_spark.archive.client.response_replay import response_channel_toward
 from aeron_archive_spark.archive.native import AeronClient, EmbeddedMediaDriver
 from aeron_archive_spark.archive.server.conductor import ArchiveConductor
 from aeron_archive_spark.archive.tables.ranges import ReadRange, RecordingFacts, RunningArchive
@@ -186,6 +189,17 @@ def read_ranges_seconds(ranges: list[ReadRange]) -> tuple[float, int]:
     return time.perf_counter() - began, rows
 
 
+def timed_read(ranges: list[ReadRange], rows_expected: int, into: list[float]) -> Callable[[], None]:
+    """A run reading `ranges` through `read_ranges`, its seconds appended to `into`, its rows checked."""
+
+    def run() -> None:
+        seconds, rows = read_ranges_seconds(ranges)
+        assert rows == rows_expected, (rows, rows_expected)
+        into.append(seconds)
+
+    return run
+
+
 def whole_range(index: int, d: Any, conn: ConnectionOptions) -> ReadRange:
     facts = RecordingFacts(
         d.recording_id,
@@ -217,13 +231,25 @@ def main() -> None:
         help="replay channel of the read_ranges reads (default: the connector's; aeron:ipc reads one at a time)",
     )
     parser.add_argument("--driver-dir", default=None, help="driver directory parent (default: /dev/shm if roomy)")
+    parser.add_argument(
+        "--response-channels",
+        action="store_true",
+        help="A/B of the read_ranges reads over UDP: the archive's control channel on a UDP port, each read done "
+        "with ordinary response and replay channels and with responseChannels=true (alternated); medians, ratios",
+    )
     args = parser.parse_args()
 
     _instrument()
     root = tempfile.mkdtemp(prefix="bench-replay-setup-")
     driver_dir = os.path.join(args.driver_dir, f"bench-replay-setup-{os.getpid()}") if args.driver_dir else None
     driver = EmbeddedMediaDriver(driver_dir)
-    h = Harness(driver.aeron_dir, os.path.join(root, "archive"), segment_file_length=TERM_LENGTH * 4)
+    udp_control = f"aeron:udp?endpoint=localhost:{_free_udp_port()}" if args.response_channels else None
+    h = Harness(
+        driver.aeron_dir,
+        os.path.join(root, "archive"),
+        segment_file_length=TERM_LENGTH * 4,
+        control_channel=udp_control,
+    )
     payload = bytes(range(256)) * (args.payload // 256) + bytes(args.payload % 256)
     small: list[dict[str, float]] = []
     big: list[dict[str, float]] = []
@@ -231,6 +257,8 @@ def main() -> None:
     big_round_s: list[float] = []
     ranges_s: list[float] = []
     one_range_s: list[float] = []
+    rsp_ranges_s: list[float] = []
+    rsp_one_range_s: list[float] = []
     try:
         began = time.perf_counter()
         channel = record_many(h, args.recordings, args.rows_per, payload)
@@ -262,9 +290,9 @@ def main() -> None:
         if args.ranges > 0:
             conn = ConnectionOptions(
                 aeron_dir=h.aeron_dir,
-                control_channel=h.ctx.local_control_channel,
-                control_stream_id=h.ctx.local_control_stream_id,
-                control_response_channel="aeron:ipc",
+                control_channel=udp_control or h.ctx.local_control_channel,
+                control_stream_id=h.ctx.control_stream_id if udp_control else h.ctx.local_control_stream_id,
+                control_response_channel="aeron:udp?endpoint=localhost:0" if udp_control else "aeron:ipc",
                 replay_channel=args.replay_channel,
                 replay_stream_id=REPLAY_STREAM + 1,
             )
@@ -273,18 +301,22 @@ def main() -> None:
             big_range = whole_range(0, big_d, conn)
             rows_expected = len(some) * args.rows_per
 
-            def run_ranges() -> None:
-                seconds, rows = read_ranges_seconds(some)
-                assert rows == rows_expected, (rows, rows_expected)
-                ranges_s.append(seconds)
-
-            def run_one_range() -> None:
-                seconds, rows = read_ranges_seconds([big_range])
-                assert rows == args.recordings * args.rows_per, rows
-                one_range_s.append(seconds)
-
             read_ranges_seconds(some[:2])  # warm up the pool's session
-            runs += [("ranges", run_ranges), ("one range", run_one_range)]
+            runs += [
+                ("ranges", timed_read(some, rows_expected, ranges_s)),
+                ("one range", timed_read([big_range], args.recordings * args.rows_per, one_range_s)),
+            ]
+            if udp_control is not None:
+                # The same reads with responseChannels=true's channels (the option's own helper builds them).
+                rsp_channel = response_channel_toward(udp_control, _free_udp_port())
+                rsp = replace(conn, control_response_channel=rsp_channel, replay_channel=rsp_channel)
+                rsp_some = [whole_range(i, d, rsp) for i, d in enumerate(descriptors[: args.ranges])]
+                rsp_big = whole_range(0, big_d, rsp)
+                read_ranges_seconds(rsp_some[:2])
+                runs += [
+                    ("ranges rsp", timed_read(rsp_some, rows_expected, rsp_ranges_s)),
+                    ("one range rsp", timed_read([rsp_big], args.recordings * args.rows_per, rsp_one_range_s)),
+                ]
         for round_no in range(args.rounds):
             order = runs if round_no % 2 == 0 else list(reversed(runs))
             for _, run in order:
@@ -323,6 +355,20 @@ def main() -> None:
             f"{per_range_bytes} B each); one range of {n} recordings' bytes {os_ * 1000:.2f} ms; "
             f"{len(some)} ranges / one: {rs / os_:.1f}x"
         )
+    if rsp_ranges_s:
+        rs, os_ = statistics.median(ranges_s), statistics.median(one_range_s)
+        rr, or_ = statistics.median(rsp_ranges_s), statistics.median(rsp_one_range_s)
+        print(
+            f"responseChannels A/B (medians of {len(rsp_ranges_s)} alternated rounds): {len(some)} small ranges "
+            f"{rs:.3f} s ordinary / {rr:.3f} s response channels = {rr / rs:.2f}x; one range of "
+            f"{n} recordings' bytes {os_ * 1000:.1f} ms / {or_ * 1000:.1f} ms = {or_ / os_:.2f}x"
+        )
+
+
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 if __name__ == "__main__":
