@@ -66,3 +66,13 @@ fi
 if ! command -v java >/dev/null 2>&1; then
     echo "bootstrap: warning: no java on PATH; Spark needs Java 17+" >&2
 fi
+# The cluster suite (root only: namespaces) drops new inbound UDP on hosts with nftables (issue 36's firewall test):
+# Debian's nftables package, installed here once where apt can.
+if [ "$(id -u)" = 0 ] && ! command -v nft >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    echo "bootstrap: installing nftables for the cluster suite's firewall test" >&2
+    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q nftables >/dev/null 2>&1; then
+        apt-get update -q >/dev/null 2>&1 || true
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q nftables >/dev/null 2>&1 \
+            || echo "bootstrap: warning: could not install nftables; the cluster firewall test will fail" >&2
+    fi
+fi

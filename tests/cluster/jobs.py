@@ -106,7 +106,40 @@ def read_with(spark: SparkSession, config: dict[str, Any]) -> dict[str, Any]:
         results.append({"partitions": frame.rdd.getNumPartitions(), "rows": rows})
     # `timeWindow`: a read by time too, in the same application (a Spark application costs ~40 s to start here)
     window = time_window(spark, config) if config.get("timeWindow") else None
-    return {**results[0], "reads": results, "timeWindow": window, "tasks": task_hosts(spark, config)}
+    firewalled = behind_firewall(spark, config, results[0]["rows"]) if config.get("firewall") else None
+    return {
+        **results[0],
+        "reads": results,
+        "timeWindow": window,
+        "firewalled": firewalled,
+        "tasks": task_hosts(spark, config),
+    }
+
+
+def behind_firewall(spark: SparkSession, config: dict[str, Any], rows: list[list[Any]]) -> dict[str, Any]:
+    """Once the test has dropped new inbound UDP on the driver and worker hosts (it is told on stdout, and answers
+    on stdin): the first read again up to where it ended, with `responseChannels=true`, and then without the option
+    and a short message timeout (a session key of its own, so no pooled session's established flows help it),
+    which must fail: rows of the first, and the second's error and how long it took."""
+    options = archive_options({**config, "options": (config.get("reads") or [config.get("options", {})])[0]})
+    last = max(rows, key=lambda r: r[1])
+    end = last[1] + ((last[3] + 32 + 31) & ~31)  # the frame after the last message read (rows with SBE columns)
+    options["endingPosition"] = json.dumps({str(last[0]): end})
+    print("FIREWALL?", flush=True)
+    if sys.stdin.readline().strip() != "FIREWALL UP":
+        raise RuntimeError("the test did not raise the firewall")
+    frame = spark.read.format("aeron-archive").options(**options, responseChannels="true").load()
+    response_rows = [
+        [r.recordingId, r.position, r.tradeId, len(r.value)]
+        for r in frame.select("recordingId", "position", "tradeId", "value").collect()
+    ]
+    started = time.monotonic()
+    try:
+        spark.read.format("aeron-archive").options(**{**options, "messageTimeout": "1500ms"}).load().count()
+        refused = None
+    except Exception as ex:
+        refused = str(ex)[-3000:]
+    return {"rows": response_rows, "refused": refused, "refusedAfterS": time.monotonic() - started}
 
 
 def time_window(spark: SparkSession, config: dict[str, Any]) -> dict[str, Any]:

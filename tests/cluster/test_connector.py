@@ -15,6 +15,8 @@ import itertools
 import json
 import os
 import random
+import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -109,13 +111,80 @@ def worker_of(cluster: Topology, host: str) -> str | None:
     return next((w for w in cluster.workers if host in (w, cluster.ip(w))), None)
 
 
+# New inbound UDP dropped on a host (issue 36), as on a Kubernetes node or a firewalled machine: what the host
+# started itself still gets its answers (conntrack's established flows), nothing else reaches it.
+FIREWALL_TABLE = "aas_no_inbound_udp"
+FIREWALL_RULES = f"""table inet {FIREWALL_TABLE} {{
+    chain input {{
+        type filter hook input priority 0; policy accept;
+        iifname "lo" accept
+        meta l4proto udp ct state new counter drop
+    }}
+}}
+"""
+FIREWALLED = ("driver", "worker1", "worker2")
+
+
+def nft() -> str:
+    found = shutil.which("nft")
+    assert found, "nft not found: install Debian's nftables package (ci/bootstrap.sh does so as root)"
+    return found
+
+
+def raise_firewall(cluster: Topology, hosts: tuple[str, ...]) -> None:
+    for host in hosts:
+        cluster.run(host, [nft(), "-f", "-"], input=FIREWALL_RULES, check=True, timeout=10)
+
+
+def lower_firewall(cluster: Topology, hosts: tuple[str, ...]) -> None:
+    for host in hosts:
+        cluster.run(host, [nft(), "delete", "table", "inet", FIREWALL_TABLE], timeout=10)
+
+
+def firewall_drops(cluster: Topology, host: str) -> int:
+    listed = cluster.run(host, [nft(), "list", "table", "inet", FIREWALL_TABLE], timeout=10).stdout
+    return sum(int(n) for n in re.findall(r"counter packets (\d+)", listed))
+
+
+def job_with_firewall(
+    cluster: Topology, host: str, command: str, timeout: float = 300, **config: Any
+) -> dict[str, Any]:
+    """`job`, with new inbound UDP to `FIREWALLED` hosts dropped when the job asks for it (it prints "FIREWALL?"
+    and waits for the answer on stdin); the firewall comes down when the job ends, whatever happened. The result
+    gets the packets the firewall dropped on `host` (`firewallDrops`)."""
+    argv = [cluster.python, str(JOBS), command, json.dumps(config_for(cluster, host, firewall=True, **config))]
+    process = cluster.spawn(host, argv, stdin=subprocess.PIPE)
+    assert process.stdin is not None and process.stdout is not None
+    raised = False
+    try:
+        for line in process.stdout:
+            if line.strip() == "FIREWALL?":
+                raise_firewall(cluster, FIREWALLED)
+                raised = True
+                process.stdin.write("FIREWALL UP\n")
+                process.stdin.flush()
+                break
+        out, _ = process.communicate(timeout=timeout)
+        drops = firewall_drops(cluster, host) if raised else 0
+    finally:
+        if raised:
+            lower_firewall(cluster, FIREWALLED)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, f"{command} on {host} failed (its stderr is in the spawn log named above)"
+    return {**result_of(out), "firewallDrops": drops}
+
+
 def test_batch_read_replays_one_recording_on_both_workers(healthy_cluster: Topology) -> None:
     """Also, in the same application: a time window read gives exactly the rows of the whole read whose recorded
-    time is in it (executors on other hosts date rows and place the window through the archive's requests)."""
+    time is in it (executors on other hosts date rows and place the window through the archive's requests); and,
+    with new inbound UDP then dropped on the driver and both workers, the same read with `responseChannels=true`
+    gives exactly its rows, while without the option it fails at once."""
     cluster = healthy_cluster
     copy_schema(cluster, "driver")
     live = live_recording(cluster, 256 * 1024)
-    result = job(
+    result = job_with_firewall(
         cluster,
         "driver",
         "read",
@@ -126,6 +195,12 @@ def test_batch_read_replays_one_recording_on_both_workers(healthy_cluster: Topol
         },
         timeWindow=True,
     )
+    firewalled = result["firewalled"]
+    assert sorted(firewalled["rows"]) == sorted(result["rows"]), "response channels read other rows"
+    assert firewalled["refused"] is not None, "the read without responseChannels worked behind the firewall"
+    assert "cannot reach" in firewalled["refused"], firewalled["refused"]
+    assert firewalled["refusedAfterS"] < 30
+    assert result["firewallDrops"] > 0, "the firewall dropped nothing: the refusal proves nothing"
     by_time = result["timeWindow"]
     whole, window = by_time["whole"], by_time["window"]
     start_us, end_us = (edge * 1000 for edge in by_time["edges"])
