@@ -359,8 +359,9 @@ def _sink_and_read(topology: Any, args: argparse.Namespace) -> dict[str, Any]:
     for name, value in sink.items():
         print(f"  {name:<34} {value:8.1f} MB/s")
     for name, value in read.items():
-        executors = read_cluster["executors"] if name in read_cluster["seconds"] else read_local["executors"]
-        print(f"  {name:<34} {value:8.1f} MB/s, {value / executors:6.1f} MB/s per executor ({executors})")
+        executors = read_cluster["executors"]
+        per = f", {value / executors:6.1f} MB/s per executor ({executors})" if name in read_cluster["seconds"] else ""
+        print(f"  {name:<34} {value:8.1f} MB/s{per}")
     # What bounds the cluster read on one machine: CPU seconds per byte over every host (archive replaying, media
     # drivers sending and receiving UDP, executors decoding) beside the local read's, all on the same cores, counted
     # inside the timed runs only (sampled every 0.5 s, interpolated).
@@ -387,10 +388,7 @@ def _sink_and_read(topology: Any, args: argparse.Namespace) -> dict[str, Any]:
         ratios["sink_staging_vs_commit_messages"] = sink["cluster staging recordings"] / sink["cluster aeron-archive"]
     for name, value in ratios.items():
         print(f"  ratio {name:<48} {value:.2f}")
-    per_executor = {
-        f"{name} per executor": value / (read_cluster["executors"] if name in read_cluster["seconds"] else 1)
-        for name, value in read.items()
-    }
+    per_executor = {f"{name} per executor": read[name] / read_cluster["executors"] for name in read_cluster["seconds"]}
     return {
         **{k: round(v, 3) for k, v in {**sink, **read, **per_executor, **ratios}.items()},
         "cpu": {k: {n: round(x, 2) for n, x in v.items()} for k, v in cpu_figures.items()},
@@ -455,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             ratios = print_figures(replay)
             line["replay"] = {
-                name: {k: (round(v, 3) if isinstance(v, float) else v) for k, v in f.items()}
+                name: {k: (round(v, 3) if isinstance(v, float) else v) for k, v in f.items() if k != "threads"}
                 for name, f in replay.items()
             }
             line.update({k: round(v, 3) for k, v in ratios.items()})

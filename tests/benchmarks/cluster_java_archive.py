@@ -659,6 +659,7 @@ def _figures(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         figures[name] = {
             "MB/s": statistics.median(r["bytes"] / 1e6 / r["seconds"] for r in rows),
             "archiveCpuPer100MB": statistics.median(per_100mb),
+            "archiveCpuPer100MBRange": [round(min(per_100mb), 3), round(max(per_100mb), 3)],
             "hostCpuPer100MB": statistics.median(host_per_100mb),
             "threads": {k: round(v, 3) for k, v in sorted(threads.items(), key=lambda kv: -kv[1]) if v >= 0.01},
         }
@@ -670,6 +671,7 @@ def print_figures(figures: dict[str, Any]) -> dict[str, float]:
     for name, f in figures.items():
         print(
             f"  replay {name:<26} {f['MB/s']:7.1f} MB/s  archive CPU s per 100 MB {f['archiveCpuPer100MB']:5.2f} "
+            f"[{f['archiveCpuPer100MBRange'][0]:.2f}-{f['archiveCpuPer100MBRange'][1]:.2f}] "
             f"(archive host {f['hostCpuPer100MB']:5.2f}); at rest {f['idleCores']:.3f} cores"
         )
         for thread, value in list(f["threads"].items())[:6]:
