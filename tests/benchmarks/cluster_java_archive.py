@@ -527,7 +527,7 @@ def replay_section(
         if java_session is not None:
             java_session.close()
         try:
-            return _timed_replays(topology, recordings, java_archive_, megabytes, mtu, replay_mtu, reps)
+            return _timed_replays(topology, recordings, java_archive_, mtu, replay_mtu, reps)
         finally:
             _run_module(
                 topology,
@@ -559,7 +559,6 @@ def _timed_replays(
     topology: Any,
     recordings: dict[str, dict[str, Any]],
     java_archive_: _JavaArchive | None,
-    megabytes: float,
     mtu: int,
     replay_mtu: int,
     reps: int,
