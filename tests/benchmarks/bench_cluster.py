@@ -26,7 +26,7 @@ Values: a fixed pattern by default, which the sink's LZ4-compressed commit messa
 
 Run (root; brings the topology up if it is not, and down again unless it was up):
 `python -m tests.benchmarks.bench_cluster [--rows N] [--reps N] [--random-values] [--replay-only | --no-replay]
-[--replay-mb 200] [--replay-mtu 8192] [--java auto|1.53|1.15]`, or `bash ci/bench.sh cluster ...`.
+[--replay-mb 200] [--replay-mtu 8192] [--java auto|1.53|1.15|none]`, or `bash ci/bench.sh cluster ...`.
 """
 
 from __future__ import annotations
@@ -426,10 +426,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--java",
-        choices=("auto", "1.53", "1.15"),
+        choices=("auto", "1.53", "1.15", "none"),
         default="auto",
         help="the Java archive of the replay section: 1.53 where JAVA_AERON_HOME (or ~/.cache/java-aeron) is built, "
-        "else 1.15.1 from ci/java_aeron.sh",
+        "else 1.15.1 from ci/java_aeron.sh; none: ours alone",
     )
     args = parser.parse_args(argv)
 

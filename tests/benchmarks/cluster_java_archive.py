@@ -105,7 +105,7 @@ def find_java(which: str = "auto") -> JavaBuild:
             return JavaBuild("1.15.1", env115.java, flags, f"{classes}{os.pathsep}{env115.classpath}")
         except Java115Unavailable as ex:
             reasons.append(f"Java 1.15.1: {ex}")
-    raise JavaUnavailable("; ".join(reasons) or f"unknown Java version {which!r}")
+    raise JavaUnavailable("; ".join(reasons) or ("--java none" if which == "none" else f"unknown Java {which!r}"))
 
 
 def _compile_java115(classpath: str) -> Path:
@@ -503,7 +503,8 @@ def replay_section(
                 return found if found and found["stopPosition"] >= positions[1] else None
 
             recordings["java"] = _wait_until(stopped, 60, "Java's recording to stop", 0.2)
-        print(f"  recorded {positions[0] / 1e6:.0f} MB in each archive in {time.monotonic() - started:.1f} s")
+        took = time.monotonic() - started
+        print(f"  recorded {positions[0] / 1e6:.0f} MB in {' and '.join(recordings)} in {took:.1f} s")
         digests = {}
         for name, row in recordings.items():
             digests[name] = _run_module(
@@ -521,7 +522,8 @@ def replay_section(
             )
         if len({(d["sha256"], d["length"]) for d in digests.values()}) != 1:
             raise RuntimeError(f"the two recordings differ: {digests}")
-        print(f"  both recordings: {digests['ours']['length']} bytes, SHA-256 {digests['ours']['sha256'][:16]}...")
+        same = "identical, " if len(digests) > 1 else ""
+        print(f"  recordings {same}{digests['ours']['length']} bytes, SHA-256 {digests['ours']['sha256'][:16]}...")
         # The sessions' processes (embedded media drivers) would otherwise idle on the archive host during the runs.
         ours_session.close()
         if java_session is not None:
