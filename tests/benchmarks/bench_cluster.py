@@ -116,6 +116,16 @@ def sink_job(config: dict[str, Any]) -> dict[str, Any]:
     return {"seconds": seconds, "intervals": intervals, "recordingId": entries[-1].recording_id, "rows": rows}
 
 
+def machine_jiffies() -> tuple[int, int]:
+    """(busy, all) jiffies of the whole machine from /proc/stat: every host here shares its cores, and /proc/stat
+    counts them whatever namespace reads it, exactly and at no cost (the per-host sampler reads every thread of
+    every process twice a second and interpolates: on runs of a few seconds it lost whole hosts' CPU)."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    return sum(values[:8]) - idle, sum(values[:8])
+
+
 def read_job(config: dict[str, Any]) -> dict[str, Any]:
     """Timed batch reads of one recording, one per variant (option sets) in turn each rep, in one Spark application
     so the variants share its executors; seconds and wall-clock intervals per variant."""
@@ -124,18 +134,24 @@ def read_job(config: dict[str, Any]) -> dict[str, Any]:
     frames = {name: spark.read.format("aeron-archive").options(**options).load() for name, options in variants.items()}
     seconds: dict[str, list[float]] = {name: [] for name in variants}
     intervals: dict[str, list[list[float]]] = {name: [] for name in variants}
+    busy: dict[str, list[float]] = {name: [] for name in variants}
+    cores = os.cpu_count() or 1
     total = 0
     for rep in range(config["reps"] + 1):  # the first is a warm-up
-        for name, frame in frames.items():
-            start, wall = time.perf_counter(), time.time()
+        order = list(frames.items())  # each rep starts with another variant: none always runs first
+        order = order[rep % len(order) :] + order[: rep % len(order)]
+        for name, frame in order:
+            start, wall, jiffies = time.perf_counter(), time.time(), machine_jiffies()
             total = frame.selectExpr("sum(length(value)) AS bytes").collect()[0].bytes
             if rep:
                 seconds[name].append(time.perf_counter() - start)
                 intervals[name].append([wall, time.time()])
+                used, spent = (b - a for a, b in zip(jiffies, machine_jiffies(), strict=True))
+                busy[name].append(cores * used / max(1, spent))
     # Block managers: one per executor plus the driver's (local mode: the driver's alone, which runs the tasks).
     executors = max(1, spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1)
     spark.stop()
-    return {"seconds": seconds, "intervals": intervals, "bytes": total, "executors": executors}
+    return {"seconds": seconds, "intervals": intervals, "busy": busy, "bytes": total, "executors": executors}
 
 
 def _thread_group(name: str) -> str:
@@ -312,6 +328,8 @@ def _sink_and_read(topology: Any, args: argparse.Namespace) -> dict[str, Any]:
         read_variants = {
             "cluster read": remote,
             "cluster read replayMtu=recording": {**remote, "replayMtu": "recording"},
+            # Control responses and replays over response channels (no inbound port on the executors).
+            "cluster read responseChannels": {**remote, "responseChannels": "true"},
         }
         read_cluster = _on(
             topology,
@@ -361,7 +379,8 @@ def _sink_and_read(topology: Any, args: argparse.Namespace) -> dict[str, Any]:
     for name, value in read.items():
         executors = read_cluster["executors"]
         per = f", {value / executors:6.1f} MB/s per executor ({executors})" if name in read_cluster["seconds"] else ""
-        print(f"  {name:<34} {value:8.1f} MB/s{per}")
+        machine = {**read_cluster["busy"], **read_local["busy"]}[name]
+        print(f"  {name:<34} {value:8.1f} MB/s{per}; machine's cores busy {statistics.median(machine):.2f}")
     # What bounds the cluster read on one machine: CPU seconds per byte over every host (archive replaying, media
     # drivers sending and receiving UDP, executors decoding) beside the local read's, all on the same cores, counted
     # inside the timed runs only (sampled every 0.5 s, interpolated).
@@ -382,6 +401,7 @@ def _sink_and_read(topology: Any, args: argparse.Namespace) -> dict[str, Any]:
         "read_cluster_vs_local_archive_dir": read["cluster read"] / read["local[2] archiveDir read"],
         "read_cluster_recording_mtu_vs_local_archive_dir": read["cluster read replayMtu=recording"]
         / read["local[2] archiveDir read"],
+        "read_cluster_response_channels_vs_ordinary": read["cluster read responseChannels"] / read["cluster read"],
     }
     if args.staging:
         ratios["sink_staging_recordings_vs_noop"] = sink["cluster staging recordings"] / sink["cluster no-op"]
