@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks (not part of the test run): bash ci/bench.sh archive|archive-external|spark_source|spark_sink|live-tail|cluster|replication|replicas|time-index-copy|sbe-groups|many-recordings|trigger-listing|udp-hop [args...]
+# Benchmarks (not part of the test run): bash ci/bench.sh archive|archive-external|spark_source|spark_sink|live-tail|cluster|replication|replicas|time-index-copy|sbe-groups|many-recordings|trigger-listing|udp-hop|replay-mtu [args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/bootstrap.sh
