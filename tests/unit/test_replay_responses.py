@@ -25,7 +25,8 @@ class FakeArchive:
         self.arriving: list[list[Any]] = []
         self.polls = 0
 
-    def send(self, build: Any) -> int:
+    def send(self, build: Any, via: Any = None) -> int:
+        assert via is None, "these tests send on the session's own publication"
         correlation_id = 100 + len(self.sent)
         self.sent.append(build({"control_session_id": SESSION, "correlation_id": correlation_id}))
         return correlation_id
