@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from aeron_archive_spark.archive.channel import add_session_id
+from aeron_archive_spark.archive.channel import ChannelUri, add_session_id
 from aeron_archive_spark.archive.client.host import localize_channel
 from aeron_archive_spark.archive.client.pool import ArchiveConnectError, ArchiveLease, ConnectionPool
 from aeron_archive_spark.archive.client.replay.responses import ControlResponses
@@ -155,6 +155,18 @@ class ReplayFetch:
             f"{self.connection.control_channel} stream {self.connection.control_stream_id}; media driver {driver})"
         )
 
+    def _mtu_hint(self) -> str:
+        """What to try when a replay asked for larger datagrams (`replayMtu`) never connects or stalls: a network
+        that drops IP fragments, or a receiving media driver whose window or socket buffer is below the MTU."""
+        mtu = ChannelUri.parse(self.request_channel).get("mtu")
+        if mtu is None:
+            return ""
+        return (
+            f" (the replay was asked for datagrams of mtu={mtu}: if IP fragments are dropped between the archive "
+            "and this host, or this host's media driver has a receiver window or socket buffer below that, read "
+            "with replayMtu=recording)"
+        )
+
     # ---- lifecycle --------------------------------------------------------------------------------------------
 
     def connect(self) -> None:
@@ -250,7 +262,7 @@ class ReplayFetch:
             if time.monotonic() > deadline:
                 raise ReplayFetchError(
                     f"replay image (session {session_id}) did not connect within "
-                    f"{self.timeout_s:.1f}s for {self.where(position)}"
+                    f"{self.timeout_s:.1f}s for {self.where(position)}{self._mtu_hint()}"
                 )
             # The image usually comes with the subscription or within ~0.1 ms: short sleeps first (in flight).
             waits += 1
@@ -444,7 +456,9 @@ class ReplayFetch:
                 if image.is_end_of_stream or image.is_closed:
                     self._replay_ended_early(image)
                 if time.monotonic() - last_progress > self.timeout_s:
-                    raise ReplayFetchError(f"replay stalled: no data for {self.timeout_s:.1f}s at {self.where()}")
+                    raise ReplayFetchError(
+                        f"replay stalled: no data for {self.timeout_s:.1f}s at {self.where()}{self._mtu_hint()}"
+                    )
                 idle += 1
                 if idle > IDLE_SPINS:
                     # The replay is written by another thread or process, a block at a time: spinning on an empty

@@ -422,6 +422,8 @@ class ReplayReadAhead:
         try:
             requested.replay_session_id = self.responses.answer(requested.correlation_id)
         except ArchiveError as ex:
+            if ex.correlation_id != requested.correlation_id:
+                raise  # the failure of another request (the replay being read, which `poll` watches): not this one's
             requested.refused_for_limit = ex.error_code == ErrorCode.MAX_REPLAYS
             log.debug(
                 "replay of recording %d asked for ahead was refused (%s); asking again", requested.span.recording_id, ex
@@ -434,6 +436,8 @@ class ReplayReadAhead:
         try:
             answer = setup.poll()
         except (ArchiveError, NativeAeronError) as ex:
+            if isinstance(ex, ArchiveError) and not setup.owns(ex.correlation_id):
+                raise  # the failure of another request (the replay being read, which `poll` watches): not this one's
             requested.refused_for_limit = isinstance(ex, ArchiveError) and ex.error_code == ErrorCode.MAX_REPLAYS
             log.debug(
                 "replay of recording %d asked for ahead over a response channel failed (%s); asking again",
@@ -482,7 +486,11 @@ class ReplayReadAhead:
             if requested.response is not None:
                 requested.response.close()
             return
-        replay_session_id = None if failed else self._await_answer(requested, self._timeout_s)
+        unsent = requested.response is not None and requested.response.correlation_id is None
+        # A response-channel replay whose request is not out yet has no replay to stop: closing its set-up is all
+        # (the archive lets the token expire); finishing the set-up only to stop it would start a replay, one
+        # request publication's connect after another.
+        replay_session_id = None if failed or unsent else self._await_answer(requested, self._timeout_s)
         if requested.response is not None:
             requested.response.close()  # its subscription, publication and filed answers
         self.responses.release(requested.correlation_id)  # stopped on purpose: whatever else comes is dropped

@@ -71,6 +71,11 @@ class ResponseChannelReplay:
         self.correlation_id: int | None = None  # of the replay request, once sent
         self.replay_session_id: int | None = None
 
+    def owns(self, correlation_id: int) -> bool:
+        """Whether `correlation_id` is one of this set-up's requests (its token request, its replay request): an
+        error answered to another request on the same session is not this replay's."""
+        return correlation_id != -1 and correlation_id in (self._token_correlation_id, self.correlation_id)
+
     def poll(self) -> int | None:
         """Go on with whatever step can go on; the replay session id once the archive accepted the replay, else
         None. A refusal (of the token or the replay) raises `ArchiveError`, a media driver's refusal of the
