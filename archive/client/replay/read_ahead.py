@@ -256,7 +256,16 @@ class ReplayReadAhead:
             self._give_up(requested, failed=True)
             return None
         self._grow()
-        self._subscribe_answered()
+        try:
+            self._subscribe_answered()
+        except ArchiveError as ex:
+            if ex.correlation_id != requested.correlation_id:
+                raise
+            # This span's replay, watched from now on, failed before its turn (left without a subscriber beyond
+            # the archive's connect timeout while the consumer paused): ask again, as for a failure seen at `watch`.
+            log.debug("replay of recording %d asked for ahead failed: %s; asking again", span.recording_id, ex)
+            self._give_up(requested, failed=True)
+            return None
         if requested.response is not None:
             own = requested.response.take_subscription()
             self._closing.append(requested.response)
